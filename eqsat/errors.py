@@ -1,0 +1,28 @@
+"""The exceptions eqsat raises. Every message names what is wrong (op, input, shape, dtype)."""
+
+from __future__ import annotations
+
+
+class EqsatError(Exception):
+    """Base class of every error eqsat raises on purpose."""
+
+
+class ShapeError(EqsatError, ValueError):
+    """An expression was built from incompatible or invalid shapes."""
+
+
+class DTypeError(EqsatError, TypeError):
+    """An unsupported dtype, or two dtypes mixed in one program."""
+
+
+class CompileError(EqsatError):
+    """The C compiler failed. Carries the command, its stderr and the path of the kept C file."""
+
+    def __init__(self, command: list[str], stderr: str, c_path: str) -> None:
+        self.command = command
+        self.stderr = stderr
+        self.c_path = c_path
+        super().__init__(
+            f"C compiler failed (source kept at {c_path})\n"
+            f"command: {' '.join(command)}\n{stderr.strip()}"
+        )

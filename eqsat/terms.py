@@ -1,0 +1,256 @@
+"""The term language: every egglog sort eqsat uses, and a plain-Python read-back of terms.
+
+Stage 1 works on tensor terms (`TExpr`), stage 2 on loop terms (`Axis`, `Index`, `Scalar`,
+`Stmt`, `LoopKind`). Nothing outside this module declares a sort. Rules are written against
+these classes; everything after extraction (interpreter, cost model, C emitter) works on `Term`,
+a frozen tree of `(op, args)` that mirrors the constructors one to one::
+
+    Stmt.loop(Axis.named("i0", 8), LoopKind.serial(), body)
+      <->  Term("Stmt.loop", (Term("Axis.named", ("i0", 8)), Term("LoopKind.serial", ()), ...))
+
+Invariants (DESIGN §3):
+- Axes are unique terms; a split keeps the axis' name: `Axis.outer(a, T)` and `Axis.inner(a, T)`
+  are new loop variables, and the body keeps referring to `a`, which the emitter and the
+  interpreter resolve as `outer * T + inner`. Interchange and tiling never substitute inside a body.
+- One loop nest never holds two loops over the same axis.
+- Every sort has reference semantics in `eqsat.interp`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Union
+
+from egglog import (
+    Expr,
+    StringLike,
+    VecLike,
+    f64Like,
+    get_callable_args,
+    get_callable_fn,
+    get_literal_value,
+    i64,
+    i64Like,
+)
+
+# ---------------------------------------------------------------- operator vocabulary
+
+UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu")
+ARITH_OPS = ("add", "sub", "mul", "div", "max", "min")
+COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")  # 1.0 where true, 0.0 where false
+BINARY_OPS = ARITH_OPS + COMPARE_OPS
+REDUCE_OPS = ("sum", "max")
+DTYPES = ("float32", "float64")
+
+# ---------------------------------------------------------------- stage 1: tensor terms
+
+
+class TExpr(Expr):
+    """A tensor-valued program; numpy semantics. Built only from shape-checked frontend calls."""
+
+    @classmethod
+    def input(cls, name: StringLike, shape: VecLike[i64, i64Like], dtype: StringLike) -> TExpr:
+        """A named argument of the kernel."""
+
+    @classmethod
+    def const(cls, value: f64Like) -> TExpr:
+        """A rank-0 constant; it takes the dtype of the program."""
+
+    @classmethod
+    def unary(cls, op: StringLike, x: TExpr) -> TExpr:
+        """Elementwise `op` in UNARY_OPS."""
+
+    @classmethod
+    def binary(cls, op: StringLike, a: TExpr, b: TExpr) -> TExpr:
+        """Elementwise `op` in BINARY_OPS with numpy broadcasting."""
+
+    @classmethod
+    def where(cls, cond: TExpr, a: TExpr, b: TExpr) -> TExpr:
+        """`a` where `cond` is nonzero, else `b` (broadcasting all three)."""
+
+    @classmethod
+    def reduce(cls, op: StringLike, axis: i64Like, x: TExpr) -> TExpr:
+        """`op` in REDUCE_OPS over one axis, which is removed from the shape."""
+
+    @classmethod
+    def matmul(cls, a: TExpr, b: TExpr) -> TExpr:
+        """(..., m, k) @ (..., k, n) with equal batch dimensions (the frontend broadcasts)."""
+
+    @classmethod
+    def transpose(cls, x: TExpr, perm: VecLike[i64, i64Like]) -> TExpr:
+        """numpy.transpose(x, perm)."""
+
+    @classmethod
+    def broadcast(cls, x: TExpr, shape: VecLike[i64, i64Like]) -> TExpr:
+        """numpy.broadcast_to(x, shape)."""
+
+    @classmethod
+    def reshape(cls, x: TExpr, shape: VecLike[i64, i64Like]) -> TExpr:
+        """numpy.reshape(x, shape) in row-major order."""
+
+
+# ---------------------------------------------------------------- stage 2: loop terms
+
+
+class Axis(Expr):
+    """A named iteration dimension with an extent, or one half of a split axis."""
+
+    @classmethod
+    def named(cls, name: StringLike, extent: i64Like) -> Axis:
+        """An axis running 0 .. extent-1."""
+
+    @classmethod
+    def outer(cls, axis: Axis, tile: i64Like) -> Axis:
+        """The tile number of `axis` split by `tile`: 0 .. ceil(extent/tile)-1."""
+
+    @classmethod
+    def inner(cls, axis: Axis, tile: i64Like) -> Axis:
+        """The position inside a tile: 0 .. tile-1, with axis = outer*tile + inner."""
+
+
+class Index(Expr):
+    """An affine integer expression over axes."""
+
+    @classmethod
+    def axis(cls, axis: Axis) -> Index: ...
+
+    @classmethod
+    def const(cls, value: i64Like) -> Index: ...
+
+    @classmethod
+    def add(cls, a: Index, b: Index) -> Index: ...
+
+    @classmethod
+    def scale(cls, a: Index, factor: i64Like) -> Index: ...
+
+
+class Scalar(Expr):
+    """A scalar value computed inside a loop body."""
+
+    @classmethod
+    def load(cls, buffer: StringLike, index: VecLike[Index, Index]) -> Scalar:
+        """buffer[index], one Index per dimension of the buffer."""
+
+    @classmethod
+    def const(cls, value: f64Like) -> Scalar: ...
+
+    @classmethod
+    def unary(cls, op: StringLike, x: Scalar) -> Scalar: ...
+
+    @classmethod
+    def binary(cls, op: StringLike, a: Scalar, b: Scalar) -> Scalar: ...
+
+    @classmethod
+    def where(cls, cond: Scalar, a: Scalar, b: Scalar) -> Scalar: ...
+
+
+class LoopKind(Expr):
+    """How a loop is executed; the meaning of the loop never depends on it."""
+
+    @classmethod
+    def serial(cls) -> LoopKind: ...
+
+    @classmethod
+    def parallel(cls) -> LoopKind: ...
+
+    @classmethod
+    def vector(cls, width: i64Like) -> LoopKind: ...
+
+    @classmethod
+    def unroll(cls, factor: i64Like) -> LoopKind: ...
+
+
+class Stmt(Expr):
+    """A statement of a loop program."""
+
+    @classmethod
+    def loop(cls, axis: Axis, kind: LoopKind, body: Stmt) -> Stmt:
+        """for axis in range(extent): body"""
+
+    @classmethod
+    def seq(cls, first: Stmt, second: Stmt) -> Stmt: ...
+
+    @classmethod
+    def store(cls, buffer: StringLike, index: VecLike[Index, Index], value: Scalar) -> Stmt:
+        """buffer[index] = value"""
+
+    @classmethod
+    def accumulate(
+        cls, buffer: StringLike, index: VecLike[Index, Index], op: StringLike, value: Scalar
+    ) -> Stmt:
+        """buffer[index] = op(buffer[index], value), op in REDUCE_OPS."""
+
+    @classmethod
+    def alloc(cls, buffer: StringLike, shape: VecLike[i64, i64Like], body: Stmt) -> Stmt:
+        """A temporary buffer of the program's dtype, live during `body`."""
+
+
+class Footprint(Expr):
+    """Analysis value: the one index list through which a statement touches a buffer."""
+
+    @classmethod
+    def at(cls, index: VecLike[Index, Index]) -> Footprint: ...
+
+    @classmethod
+    def join(cls, a: Footprint, b: Footprint) -> Footprint:
+        """Two different index lists: the statement touches the buffer in more than one way."""
+
+
+SORTS: tuple[type[Expr], ...] = (TExpr, Axis, Index, Scalar, LoopKind, Stmt, Footprint)
+
+# ---------------------------------------------------------------- read-back
+
+Arg = Union["Term", int, float, str, tuple["Arg", ...]]
+
+
+@dataclass(frozen=True)
+class Term:
+    """A term outside the e-graph: `op` is the constructor's qualified name, e.g. "Stmt.loop"."""
+
+    op: str
+    args: tuple[Arg, ...]
+
+    def __str__(self) -> str:
+        return f"{self.op}({', '.join(_format_arg(a) for a in self.args)})"
+
+
+def _format_arg(arg: Arg) -> str:
+    if isinstance(arg, tuple):
+        return "(" + ", ".join(_format_arg(a) for a in arg) + ")"
+    return repr(arg) if isinstance(arg, str) else str(arg)
+
+
+def _constructor_table() -> dict[str, Callable[..., Expr]]:
+    return {
+        f"{sort.__name__}.{name}": getattr(sort, name)
+        for sort in SORTS
+        for name in dir(sort)
+        if not name.startswith("_")
+    }
+
+
+CONSTRUCTORS: dict[str, Callable[..., Expr]] = _constructor_table()
+
+
+def to_term(expr: Any) -> Arg:
+    """Read an egglog expression (built from the sorts above) back as a Term."""
+    literal = get_literal_value(expr)
+    if literal is not None:
+        return literal
+    fn = str(get_callable_fn(expr))
+    args = tuple(to_term(a) for a in get_callable_args(expr))
+    if fn.startswith("Vec"):
+        return args
+    if fn not in CONSTRUCTORS:
+        raise ValueError(f"not a term constructor: {fn}")
+    return Term(fn, args)
+
+
+def to_egglog(term: Arg) -> Any:
+    """Build the egglog expression for a Term (tuples become Vecs, literals stay literals)."""
+    if isinstance(term, Term):
+        return CONSTRUCTORS[term.op](*(to_egglog(a) for a in term.args))
+    if isinstance(term, tuple):
+        return tuple(to_egglog(a) for a in term)
+    return term
