@@ -18,7 +18,7 @@ Invariants (DESIGN §3):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -124,12 +124,30 @@ class Index(Expr):
     @classmethod
     def scale(cls, a: Index, factor: i64Like) -> Index: ...
 
+    @classmethod
+    def div(cls, a: Index, divisor: i64Like) -> Index:
+        """Floor division by a positive constant (reshape needs it; not affine)."""
+
+    @classmethod
+    def mod(cls, a: Index, divisor: i64Like) -> Index:
+        """Remainder by a positive constant, for a >= 0."""
+
+
+class IndexList(Expr):
+    """One Index per dimension of a buffer, as a cons list so analyses can recurse over it."""
+
+    @classmethod
+    def nil(cls) -> IndexList: ...
+
+    @classmethod
+    def cons(cls, head: Index, tail: IndexList) -> IndexList: ...
+
 
 class Scalar(Expr):
     """A scalar value computed inside a loop body."""
 
     @classmethod
-    def load(cls, buffer: StringLike, index: VecLike[Index, Index]) -> Scalar:
+    def load(cls, buffer: StringLike, index: IndexList) -> Scalar:
         """buffer[index], one Index per dimension of the buffer."""
 
     @classmethod
@@ -172,12 +190,12 @@ class Stmt(Expr):
     def seq(cls, first: Stmt, second: Stmt) -> Stmt: ...
 
     @classmethod
-    def store(cls, buffer: StringLike, index: VecLike[Index, Index], value: Scalar) -> Stmt:
+    def store(cls, buffer: StringLike, index: IndexList, value: Scalar) -> Stmt:
         """buffer[index] = value"""
 
     @classmethod
     def accumulate(
-        cls, buffer: StringLike, index: VecLike[Index, Index], op: StringLike, value: Scalar
+        cls, buffer: StringLike, index: IndexList, op: StringLike, value: Scalar
     ) -> Stmt:
         """buffer[index] = op(buffer[index], value), op in REDUCE_OPS."""
 
@@ -190,14 +208,16 @@ class Footprint(Expr):
     """Analysis value: the one index list through which a statement touches a buffer."""
 
     @classmethod
-    def at(cls, index: VecLike[Index, Index]) -> Footprint: ...
+    def at(cls, index: IndexList) -> Footprint: ...
 
     @classmethod
     def join(cls, a: Footprint, b: Footprint) -> Footprint:
         """Two different index lists: the statement touches the buffer in more than one way."""
 
 
-SORTS: tuple[type[Expr], ...] = (TExpr, Axis, Index, Scalar, LoopKind, Stmt, Footprint)
+SORTS: tuple[type[Expr], ...] = (
+    TExpr, Axis, Index, IndexList, Scalar, LoopKind, Stmt, Footprint
+)
 
 # ---------------------------------------------------------------- read-back
 
@@ -247,6 +267,25 @@ def to_term(expr: Any) -> Arg:
     return Term(fn, args)
 
 
+def index_list(items: Sequence[Term]) -> Term:
+    """The IndexList term holding `items` in order."""
+    result = Term("IndexList.nil", ())
+    for item in reversed(items):
+        result = Term("IndexList.cons", (item, result))
+    return result
+
+
+def index_items(index_list_term: Term) -> list[Term]:
+    """The Index terms of an IndexList term, in order."""
+    items = []
+    node = index_list_term
+    while node.op == "IndexList.cons":
+        head, node = node.args
+        assert isinstance(head, Term) and isinstance(node, Term)
+        items.append(head)
+    return items
+
+
 def to_egglog(term: Arg) -> Any:
     """Build the egglog expression for a Term (tuples become Vecs, literals stay literals)."""
     if isinstance(term, Term):
@@ -254,3 +293,24 @@ def to_egglog(term: Arg) -> Any:
     if isinstance(term, tuple):
         return tuple(to_egglog(a) for a in term)
     return term
+
+
+# ---------------------------------------------------------------- a lowered kernel
+
+
+@dataclass(frozen=True)
+class LoopProgram:
+    """A kernel as a loop term plus its signature.
+
+    Buffer `in{i}` is argument i (user name `inputs[i][0]`), buffer `out{k}` is result k;
+    temporaries are declared by `Stmt.alloc` inside `body`. Every buffer is dense, row-major and
+    of `dtype`. User names never appear inside `body`.
+    """
+
+    body: Term
+    inputs: tuple[tuple[str, tuple[int, ...]], ...]
+    outputs: tuple[tuple[int, ...], ...]
+    dtype: str
+
+    def with_body(self, body: Term) -> LoopProgram:
+        return LoopProgram(body, self.inputs, self.outputs, self.dtype)
