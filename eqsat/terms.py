@@ -231,6 +231,13 @@ class Term:
     op: str
     args: tuple[Arg, ...]
 
+    def __post_init__(self) -> None:
+        # Terms are hashed constantly (memo tables, DAG sharing); hash each node once.
+        object.__setattr__(self, "_hash", hash((self.op, self.args)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined,no-any-return]
+
     def __str__(self) -> str:
         return f"{self.op}({', '.join(_format_arg(a) for a in self.args)})"
 

@@ -1,0 +1,264 @@
+"""Lowering: a tensor term becomes canonical loop nests over named axes.
+
+Lowering is a translation, not a rewrite: it needs fresh buffer names and shape arithmetic, so it
+runs in Python on the extracted stage-1 term, and its result seeds the stage-2 e-graph.
+
+The canonical form, for `relu(x @ W + b)` with x (M, K), W (K, N)::
+
+    alloc t0[M, N]:
+      for i0 < M: for i1 < N: t0[i0, i1] = 0                                  # init
+      for i0 < M: for i1 < N: for k < K: t0[i0, i1] += x[i0, k] * W[k, i1]   # accumulate
+      for i0 < M: for i1 < N: out0[i0, i1] = relu(t0[i0, i1] + b[i1])          # epilogue
+
+Rules of the translation:
+- Axes are named by role and extent: output dimension d is `i{d}`, a reduced input dimension d is
+  `r{d}`, the matmul contraction is `k`. Nests over the same tensor shape therefore share axis
+  terms, which is what lets sibling-loop fusion work without renaming (DESIGN §3).
+- Elementwise ops, broadcasts, transposes and reshapes are inlined into the consumer's scalar
+  expression (an index mapping, no loop of their own).
+- A value gets a buffer of its own when it is a matmul or a reduction, an output, or used more
+  than once and expensive to recompute (a transcendental function).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from eqsat import shapes
+from eqsat.errors import DTypeError, ShapeError
+from eqsat.terms import LoopProgram, Term, index_list
+
+EXPENSIVE_UNARY = frozenset({"exp", "log", "tanh", "sigmoid", "sqrt"})
+REDUCE_INIT = {"sum": 0.0, "max": float("-inf")}
+
+
+def axis(name: str, extent: int) -> Term:
+    return Term("Axis.named", (name, extent))
+
+
+def index_of(axis_term: Term) -> Term:
+    return Term("Index.axis", (axis_term,))
+
+
+def const_index(value: int) -> Term:
+    return Term("Index.const", (value,))
+
+
+def loop(axis_term: Term, body: Term) -> Term:
+    return Term("Stmt.loop", (axis_term, Term("LoopKind.serial", ()), body))
+
+
+def seq(statements: Sequence[Term]) -> Term:
+    """Right-nested Seq of one or more statements."""
+    result = statements[-1]
+    for statement in reversed(statements[:-1]):
+        result = Term("Stmt.seq", (statement, result))
+    return result
+
+
+def nest(axes: Sequence[Term], body: Term) -> Term:
+    """Loops over `axes`, outermost first, around `body`."""
+    for axis_term in reversed(axes):
+        body = loop(axis_term, body)
+    return body
+
+
+def load(buffer: str, indices: Sequence[Term]) -> Term:
+    return Term("Scalar.load", (buffer, index_list(indices)))
+
+
+def collect_inputs(roots: Sequence[Term]) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, shape, dtype) of every input, in first-visit order; one name means one tensor."""
+    found: dict[str, tuple[tuple[int, ...], str]] = {}
+    seen: set[Term] = set()
+
+    def visit(t: Term) -> None:
+        if t in seen:
+            return
+        seen.add(t)
+        if t.op == "TExpr.input":
+            name, shape, dtype = str(t.args[0]), tuple(t.args[1]), str(t.args[2])  # type: ignore
+            previous = found.setdefault(name, (shape, dtype))
+            if previous[0] != shape:
+                raise ShapeError(f"input {name!r} is used with shapes {previous[0]} and {shape}")
+            if previous[1] != dtype:
+                raise DTypeError(f"input {name!r} is used with dtypes {previous[1]} and {dtype}")
+        for arg in t.args:
+            if isinstance(arg, Term):
+                visit(arg)
+
+    for root in roots:
+        visit(root)
+    return [(name, shape, dtype) for name, (shape, dtype) in found.items()]
+
+
+class _Lowering:
+    def __init__(self, roots: Sequence[Term], inputs: Sequence[tuple[str, tuple[int, ...]]]):
+        self.buffer_of_input = {name: f"in{i}" for i, (name, _) in enumerate(inputs)}
+        self.uses = _count_uses(roots)
+        self.statements: list[Term] = []
+        self.temporaries: list[tuple[str, tuple[int, ...]]] = []
+        self.buffer_of: dict[Term, str] = {}
+        self.shape_memo: dict[Term, tuple[int, ...]] = {}
+
+    def shape(self, t: Term) -> tuple[int, ...]:
+        if t not in self.shape_memo:
+            self.shape_memo[t] = shapes.infer(t)
+        return self.shape_memo[t]
+
+    def needs_buffer(self, t: Term) -> bool:
+        if t.op in ("TExpr.matmul", "TExpr.reduce"):
+            return True
+        return self.uses[t] > 1 and t.op == "TExpr.unary" and t.args[0] in EXPENSIVE_UNARY
+
+    def value_at(self, t: Term, idx: Sequence[Term]) -> Term:
+        """The Scalar term of element `idx` of tensor `t`."""
+        if t in self.buffer_of:
+            return load(self.buffer_of[t], idx)
+        if self.needs_buffer(t):
+            return load(self.materialize(t), idx)
+        return self.compute_at(t, idx)
+
+    def compute_at(self, t: Term, idx: Sequence[Term]) -> Term:
+        """Element `idx` of an elementwise or layout op, computed from its operands."""
+        a = t.args
+        match t.op:
+            case "TExpr.input":
+                return load(self.buffer_of_input[str(a[0])], idx)
+            case "TExpr.const":
+                return Term("Scalar.const", (float(a[0]),))  # type: ignore[arg-type]
+            case "TExpr.unary":
+                return Term("Scalar.unary", (a[0], self.value_at(a[1], idx)))  # type: ignore
+            case "TExpr.binary":
+                operands = [self.broadcast_value(x, idx) for x in a[1:]]  # type: ignore
+                return Term("Scalar.binary", (a[0], *operands))
+            case "TExpr.where":
+                return Term("Scalar.where", tuple(self.broadcast_value(x, idx) for x in a))  # type: ignore
+            case "TExpr.broadcast":
+                return self.broadcast_value(a[0], idx)  # type: ignore[arg-type]
+            case "TExpr.transpose":
+                source_idx = [idx[0]] * len(idx)
+                for d, source_dim in enumerate(a[1]):  # type: ignore[union-attr]
+                    source_idx[source_dim] = idx[d]  # type: ignore[index]
+                return self.value_at(a[0], source_idx)  # type: ignore[arg-type]
+            case "TExpr.reshape":
+                source = a[0]
+                assert isinstance(source, Term)
+                return self.value_at(source, reshape_index(self.shape(source), self.shape(t), idx))
+        raise ValueError(f"cannot lower {t.op}")
+
+    def broadcast_value(self, t: Term, idx: Sequence[Term]) -> Term:
+        """Element `idx` of the broadcast of `t` to a shape of rank len(idx)."""
+        source_shape = self.shape(t)
+        offset = len(idx) - len(source_shape)
+        source_idx = [
+            const_index(0) if extent == 1 else idx[offset + d]
+            for d, extent in enumerate(source_shape)
+        ]
+        return self.value_at(t, source_idx)
+
+    def materialize(self, t: Term, buffer: str | None = None) -> str:
+        """Emit the nests computing `t` into `buffer` (a new temporary when None)."""
+        out_shape = self.shape(t)
+        if buffer is None:
+            buffer = f"t{len(self.temporaries)}"
+            self.temporaries.append((buffer, out_shape))
+        out_axes = [axis(f"i{d}", n) for d, n in enumerate(out_shape)]
+        out_idx = [index_of(x) for x in out_axes]
+        target = index_list(out_idx)
+        if t in self.buffer_of:
+            copy = load(self.buffer_of[t], out_idx)
+            self.statements.append(nest(out_axes, Term("Stmt.store", (buffer, target, copy))))
+        elif t.op in ("TExpr.matmul", "TExpr.reduce"):
+            op = "sum" if t.op == "TExpr.matmul" else str(t.args[0])
+            init = Term("Scalar.const", (REDUCE_INIT[op],))
+            self.statements.append(nest(out_axes, Term("Stmt.store", (buffer, target, init))))
+            reduction_axis, value = self.reduction(t, out_idx)
+            accumulate = Term("Stmt.accumulate", (buffer, target, op, value))
+            self.statements.append(nest([*out_axes, reduction_axis], accumulate))
+        else:
+            value = self.compute_at(t, out_idx)
+            self.statements.append(nest(out_axes, Term("Stmt.store", (buffer, target, value))))
+        self.buffer_of.setdefault(t, buffer)
+        return buffer
+
+    def reduction(self, t: Term, out_idx: list[Term]) -> tuple[Term, Term]:
+        """The reduction axis of a matmul or reduce, and the value accumulated per step."""
+        if t.op == "TExpr.matmul":
+            a, b = t.args
+            assert isinstance(a, Term) and isinstance(b, Term)
+            k = axis("k", self.shape(a)[-1])
+            a_idx = [*out_idx[:-1], index_of(k)]
+            b_idx = [*out_idx[:-2], index_of(k), out_idx[-1]]
+            product = Term("Scalar.binary", ("mul", self.value_at(a, a_idx), self.value_at(b, b_idx)))
+            return k, product
+        _op, dim, source = t.args
+        assert isinstance(dim, int) and isinstance(source, Term)
+        r = axis(f"r{dim}", self.shape(source)[dim])
+        source_idx = [*out_idx[:dim], index_of(r), *out_idx[dim:]]
+        return r, self.value_at(source, source_idx)
+
+
+def reshape_index(source_shape: Sequence[int], shape: Sequence[int],
+                  idx: Sequence[Term]) -> list[Term]:
+    """Index into `source_shape` of element `idx` of its row-major reshape to `shape`."""
+    kept = [d for d, n in enumerate(shape) if n != 1]
+    if [shape[d] for d in kept] == [n for n in source_shape if n != 1]:
+        # Only size-1 dimensions differ: an index mapping without arithmetic.
+        kept_idx = iter(idx[d] for d in kept)
+        return [const_index(0) if n == 1 else next(kept_idx) for n in source_shape]
+    flat: Term | None = None
+    stride = 1
+    for d in reversed(range(len(shape))):
+        term = idx[d] if stride == 1 else Term("Index.scale", (idx[d], stride))
+        flat = term if flat is None else Term("Index.add", (term, flat))
+        stride *= shape[d]
+    assert flat is not None
+    result = []
+    stride = 1
+    for d in reversed(range(len(source_shape))):
+        digit = flat if stride == 1 else Term("Index.div", (flat, stride))
+        if d > 0:
+            digit = Term("Index.mod", (digit, source_shape[d]))
+        result.append(digit)
+        stride *= source_shape[d]
+    return result[::-1]
+
+
+def _count_uses(roots: Sequence[Term]) -> Counter[Term]:
+    """How many distinct parents (and outputs) use each sub-term."""
+    uses: Counter[Term] = Counter(roots)
+    seen: set[Term] = set()
+
+    def visit(t: Term) -> None:
+        if t in seen:
+            return
+        seen.add(t)
+        for arg in t.args:
+            if isinstance(arg, Term):
+                uses[arg] += 1
+                visit(arg)
+
+    for root in roots:
+        visit(root)
+    return uses
+
+
+def lower(roots: Sequence[Term]) -> LoopProgram:
+    """Canonical loop program computing every root; inputs in first-visit order.
+
+    Precondition: the roots are well-shaped tensor terms of one dtype (the frontend checks)."""
+    inputs = collect_inputs(roots)
+    dtypes = {dtype for _, _, dtype in inputs} or {"float32"}
+    if len(dtypes) > 1:
+        raise DTypeError(f"one kernel cannot mix dtypes {sorted(dtypes)}")
+    signature = [(name, shape) for name, shape, _ in inputs]
+    lowering = _Lowering(roots, signature)
+    for k, root in enumerate(roots):
+        lowering.materialize(root, f"out{k}")
+    body = seq(lowering.statements)
+    for name, shape in reversed(lowering.temporaries):
+        body = Term("Stmt.alloc", (name, shape, body))
+    return LoopProgram(body, tuple(signature), tuple(lowering.shape(r) for r in roots),
+                       dtypes.pop())
