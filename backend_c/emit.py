@@ -1,0 +1,355 @@
+"""C emission: a pure function from a loop program to C source.
+
+Loops marked `Vector` become SIMD loops through the ISA table in `isa.py` (masked tail on
+AVX-512, scalar remainder on AVX2). The emitter re-checks that a vector loop is safe to vectorize
+(a single store or accumulate whose loads are contiguous or uniform along the loop, with ops that
+have a vector form) and emits the scalar loop otherwise, so correctness never rests on the guard
+of the rule that placed the mark. `Parallel` becomes an OpenMP loop, `Unroll(n)` a GCC pragma.
+Every identifier in the C comes from the lowering (in0, out0, t0, i0, k, ...), never from a user.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from backend_c.abi import C_TYPES, prototype
+from backend_c.isa import VECTOR_UNARY, VectorIsa
+from eqsat.interp import axis_extent
+from eqsat.terms import LoopProgram, Term, index_items
+
+_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+_SCALAR_UNARY = {
+    "neg": "(-{x})",
+    "abs": "fabs{f}({x})",
+    "exp": "exp{f}({x})",
+    "log": "log{f}({x})",
+    "sqrt": "sqrt{f}({x})",
+    "tanh": "tanh{f}({x})",
+    "sigmoid": "(1 / (1 + exp{f}(-({x}))))",
+    "relu": "fmax{f}({x}, 0)",
+}
+_SCALAR_BINARY = {
+    "add": "({a} + {b})",
+    "sub": "({a} - {b})",
+    "mul": "({a} * {b})",
+    "div": "({a} / {b})",
+    "max": "fmax{f}({a}, {b})",
+    "min": "fmin{f}({a}, {b})",
+    "lt": "({a} < {b})",
+    "le": "({a} <= {b})",
+    "gt": "({a} > {b})",
+    "ge": "({a} >= {b})",
+    "eq": "({a} == {b})",
+    "ne": "({a} != {b})",
+}
+
+
+def _identifier(name: str) -> str:
+    if not _IDENTIFIER.match(name):
+        raise ValueError(f"not a C identifier: {name!r} (names must come from the lowering)")
+    return name
+
+
+def axis_var(axis: Term) -> str:
+    """The C variable of a loop over `axis`: i0, i0_o16, i0_i16, ..."""
+    if axis.op == "Axis.named":
+        return _identifier(str(axis.args[0]))
+    parent = axis.args[0]
+    assert isinstance(parent, Term)
+    suffix = "o" if axis.op == "Axis.outer" else "i"
+    return f"{axis_var(parent)}_{suffix}{axis.args[1]}"
+
+
+def base_axis(axis: Term) -> Term | None:
+    """The named axis a loop walks with unit stride: itself, or the parent of an inner split."""
+    if axis.op == "Axis.named":
+        return axis
+    parent = axis.args[0]
+    if axis.op == "Axis.inner" and isinstance(parent, Term) and parent.op == "Axis.named":
+        return parent
+    return None
+
+
+def mentions(index: Term, axis: Term) -> bool:
+    if index.op == "Index.axis":
+        return index.args[0] == axis
+    return any(isinstance(a, Term) and mentions(a, axis) for a in index.args)
+
+
+def access_kind(index_list: Term, axis: Term) -> str | None:
+    """How an access moves along `axis`: "uniform", "contiguous" (last index is the axis,
+    nothing else mentions it) or None (strided or gathered)."""
+    items = index_items(index_list)
+    if not any(mentions(i, axis) for i in items):
+        return "uniform"
+    if items[-1] == Term("Index.axis", (axis,)) and not any(mentions(i, axis) for i in items[:-1]):
+        return "contiguous"
+    return None
+
+
+def _loads(scalar: Term) -> list[Term]:
+    if scalar.op == "Scalar.load":
+        return [scalar]
+    return [load for a in scalar.args if isinstance(a, Term) for load in _loads(a)]
+
+
+def _vector_ops_ok(scalar: Term) -> bool:
+    if scalar.op == "Scalar.unary" and scalar.args[0] not in VECTOR_UNARY:
+        return False
+    return all(_vector_ops_ok(a) for a in scalar.args if isinstance(a, Term))
+
+
+def vectorizable(axis: Term, body: Term) -> bool:
+    """True when the emitter can run a loop over `axis` with `body` as a SIMD loop."""
+    base = base_axis(axis)
+    if base is None or body.op not in ("Stmt.store", "Stmt.accumulate"):
+        return False
+    buffer, target, value = body.args[0], body.args[1], body.args[-1]
+    assert isinstance(target, Term) and isinstance(value, Term)
+    loads = _loads(value)
+    if any(load.args[0] == buffer for load in loads) or not _vector_ops_ok(value):
+        return False
+    if any(access_kind(load.args[1], base) is None for load in loads):  # type: ignore[arg-type]
+        return False
+    target_kind = access_kind(target, base)
+    return target_kind == "contiguous" or (body.op == "Stmt.accumulate" and target_kind == "uniform")
+
+
+class _Emitter:
+    def __init__(self, program: LoopProgram, isa: str) -> None:
+        self.dtype = program.dtype
+        self.ctype = C_TYPES[program.dtype]
+        self.suffix = "f" if program.dtype == "float32" else ""
+        self.vector = VectorIsa(isa, program.dtype) if isa != "scalar" else None
+        self.shapes: dict[str, tuple[int, ...]] = {
+            f"in{i}": shape for i, (_, shape) in enumerate(program.inputs)
+        }
+        self.shapes.update({f"out{k}": shape for k, shape in enumerate(program.outputs)})
+        self.scope: list[Term] = []
+        self.lines: list[str] = []
+        self.depth = 1
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    # ------------------------------------------------------------ indices and scalars
+
+    def axis_expr(self, axis: Term) -> str:
+        """C expression of an axis: its loop variable, or outer*tile + inner of a split."""
+        if axis in self.scope:
+            return axis_var(axis)
+        for bound in self.scope:
+            node = bound
+            while node.op in ("Axis.outer", "Axis.inner"):
+                parent = node.args[0]
+                assert isinstance(parent, Term)
+                if parent == axis:
+                    tile = node.args[1]
+                    outer = self.axis_expr(Term("Axis.outer", (axis, tile)))
+                    inner = self.axis_expr(Term("Axis.inner", (axis, tile)))
+                    return f"({outer} * {tile} + {inner})"
+                node = parent
+        raise ValueError(f"axis used outside its loop: {axis}")
+
+    def index_expr(self, index: Term) -> str:
+        a = index.args
+        match index.op:
+            case "Index.axis":
+                return self.axis_expr(a[0])  # type: ignore[arg-type]
+            case "Index.const":
+                return str(a[0])
+            case "Index.add":
+                return f"({self.index_expr(a[0])} + {self.index_expr(a[1])})"  # type: ignore
+            case "Index.scale":
+                return f"({self.index_expr(a[0])} * {a[1]})"  # type: ignore[arg-type]
+            case "Index.div":
+                return f"({self.index_expr(a[0])} / {a[1]})"  # type: ignore[arg-type]
+            case "Index.mod":
+                return f"({self.index_expr(a[0])} % {a[1]})"  # type: ignore[arg-type]
+        raise ValueError(f"not an index: {index.op}")
+
+    def element(self, buffer: str, index_list: Term) -> str:
+        """`buffer[flat offset]` for a row-major buffer."""
+        shape = self.shapes[buffer]
+        terms = []
+        stride = 1
+        for d in reversed(range(len(shape))):
+            expr = self.index_expr(index_items(index_list)[d])
+            terms.append(expr if stride == 1 else f"{expr} * {stride}")
+            stride *= shape[d]
+        return f"{_identifier(buffer)}[{' + '.join(reversed(terms)) or '0'}]"
+
+    def literal(self, value: float) -> str:
+        if math.isnan(value):
+            return "NAN"
+        if math.isinf(value):
+            return "INFINITY" if value > 0 else "(-INFINITY)"
+        return f"{value!r}{self.suffix}" if value >= 0 else f"({value!r}{self.suffix})"
+
+    def scalar(self, s: Term) -> str:
+        a = s.args
+        match s.op:
+            case "Scalar.load":
+                return self.element(str(a[0]), a[1])  # type: ignore[arg-type]
+            case "Scalar.const":
+                return self.literal(float(a[0]))  # type: ignore[arg-type]
+            case "Scalar.unary":
+                x = self.scalar(a[1])  # type: ignore[arg-type]
+                return _SCALAR_UNARY[str(a[0])].format(x=x, f=self.suffix)
+            case "Scalar.binary":
+                x, y = self.scalar(a[1]), self.scalar(a[2])  # type: ignore[arg-type]
+                text = _SCALAR_BINARY[str(a[0])].format(a=x, b=y, f=self.suffix)
+                return f"({self.ctype}){text}" if a[0] not in _ARITH else text
+            case "Scalar.where":
+                c, x, y = (self.scalar(t) for t in a)  # type: ignore[arg-type]
+                return f"({c} != 0 ? {x} : {y})"
+        raise ValueError(f"not a scalar: {s.op}")
+
+    def vector_scalar(self, s: Term, base: Term, mask: str | None) -> str:
+        """Vector expression of `s` for the lanes of a SIMD loop along `base`."""
+        assert self.vector is not None
+        a = s.args
+        match s.op:
+            case "Scalar.load":
+                element = self.element(str(a[0]), a[1])  # type: ignore[arg-type]
+                if access_kind(a[1], base) == "uniform":  # type: ignore[arg-type]
+                    return self.vector.broadcast(element)
+                return self.vector.load(f"&{element}", mask)
+            case "Scalar.const":
+                return self.vector.broadcast(self.literal(float(a[0])))  # type: ignore[arg-type]
+            case "Scalar.unary":
+                return self.vector.unary(str(a[0]), self.vector_scalar(a[1], base, mask))  # type: ignore
+            case "Scalar.binary":
+                x = self.vector_scalar(a[1], base, mask)  # type: ignore[arg-type]
+                y = self.vector_scalar(a[2], base, mask)  # type: ignore[arg-type]
+                return self.vector.binary(str(a[0]), x, y)
+            case "Scalar.where":
+                c, x, y = (self.vector_scalar(t, base, mask) for t in a)  # type: ignore
+                nonzero = self.vector.compare("ne", c, self.vector.broadcast("0"))
+                return self.vector.select(nonzero, x, y)
+        raise ValueError(f"not a scalar: {s.op}")
+
+    # ------------------------------------------------------------ statements
+
+    def statement(self, s: Term) -> None:
+        a = s.args
+        match s.op:
+            case "Stmt.loop":
+                self.loop(a[0], a[1], a[2])  # type: ignore[arg-type]
+            case "Stmt.seq":
+                self.statement(a[0])  # type: ignore[arg-type]
+                self.statement(a[1])  # type: ignore[arg-type]
+            case "Stmt.store":
+                self.line(f"{self.element(str(a[0]), a[1])} = {self.scalar(a[2])};")  # type: ignore
+            case "Stmt.accumulate":
+                target = self.element(str(a[0]), a[1])  # type: ignore[arg-type]
+                value = self.scalar(a[3])  # type: ignore[arg-type]
+                if a[2] == "sum":
+                    self.line(f"{target} += {value};")
+                else:
+                    self.line(f"{target} = fmax{self.suffix}({target}, {value});")
+            case "Stmt.alloc":
+                name, shape = _identifier(str(a[0])), tuple(a[1])  # type: ignore[arg-type]
+                self.shapes[name] = shape  # type: ignore[assignment]
+                size = -(-math.prod(shape) * (4 if self.dtype == "float32" else 8) // 64) * 64  # type: ignore
+                self.line(f"{self.ctype} *restrict {name} = aligned_alloc(64, {size});")
+                self.statement(a[2])  # type: ignore[arg-type]
+                self.line(f"free({name});")
+            case _:
+                raise ValueError(f"not a statement: {s.op}")
+
+    def loop(self, axis: Term, kind: Term, body: Term) -> None:
+        if kind.op == "LoopKind.vector" and self.vector is not None and vectorizable(axis, body):
+            self.vector_loop(axis, body)
+            return
+        var, extent = axis_var(axis), axis_extent(axis)
+        if kind.op == "LoopKind.parallel":
+            self.line("#pragma omp parallel for schedule(static)")
+        elif kind.op == "LoopKind.unroll":
+            self.line(f"#pragma GCC unroll {kind.args[0]}")
+        self.line(f"for (int64_t {var} = 0; {var} < {extent}; ++{var}) {{")
+        self.nested(axis, body)
+        self.line("}")
+
+    def nested(self, axis: Term, body: Term) -> None:
+        self.scope.append(axis)
+        self.depth += 1
+        self.statement(body)
+        self.depth -= 1
+        self.scope.pop()
+
+    def vector_loop(self, axis: Term, body: Term) -> None:
+        """SIMD loop: full vectors, then a masked vector (AVX-512) or scalar (AVX2) tail."""
+        vector = self.vector
+        assert vector is not None
+        base = base_axis(axis)
+        assert base is not None
+        var, extent, lanes = axis_var(axis), axis_extent(axis), vector.lanes
+        buffer, target, value = str(body.args[0]), body.args[1], body.args[-1]
+        assert isinstance(target, Term) and isinstance(value, Term)
+        horizontal = body.op == "Stmt.accumulate" and access_kind(target, base) == "uniform"
+        op = str(body.args[2]) if body.op == "Stmt.accumulate" else "store"
+        self.line("{")
+        self.depth += 1
+        self.line(f"int64_t {var} = 0;")
+        if horizontal:
+            identity = self.literal(0.0 if op == "sum" else -math.inf)
+            self.line(f"{vector.vtype} acc = {vector.broadcast(identity)};")
+        self.scope.append(axis)
+
+        def vector_step(mask: str | None) -> None:
+            v = self.vector_scalar(value, base, mask)
+            if horizontal:
+                self.line(f"acc = {vector.combine(op, 'acc', v, mask)};")
+                return
+            pointer = f"&{self.element(buffer, target)}"
+            if op != "store":
+                v = vector.combine(op, vector.load(pointer, mask), v)
+            self.line(vector.store(pointer, v, mask))
+
+        self.line(f"for (; {var} + {lanes} <= {extent}; {var} += {lanes}) {{")
+        self.depth += 1
+        vector_step(None)
+        self.depth -= 1
+        self.line("}")
+        if vector.masked_tail and extent % lanes:
+            self.line(f"if ({var} < {extent}) {{")
+            self.depth += 1
+            self.line(f"{vector.mask_type} tail = {vector.tail_mask(f'{extent} - {var}')};")
+            vector_step("tail")
+            self.depth -= 1
+            self.line("}")
+        self.scope.pop()
+        if horizontal:
+            target_element = self.element(buffer, target)
+            reduced = vector.reduce(op, "acc")
+            combined = (f"{target_element} + {reduced}" if op == "sum"
+                        else f"fmax{self.suffix}({target_element}, {reduced})")
+            self.line(f"{target_element} = {combined};")
+        if not vector.masked_tail and extent % lanes:
+            self.line(f"for (; {var} < {extent}; ++{var}) {{")
+            self.nested(axis, body)
+            self.line("}")
+        self.depth -= 1
+        self.line("}")
+
+
+_ARITH = frozenset({"add", "sub", "mul", "div", "max", "min"})
+
+
+def emit(program: LoopProgram, isa: str, symbol: str = "eqsat_kernel") -> str:
+    """C source of `program` for ISA level `isa` ("avx512", "avx2" or "scalar")."""
+    emitter = _Emitter(program, isa)
+    emitter.statement(program.body)
+    header = [
+        "/* generated by eqsat */",
+        "#include <math.h>",
+        "#include <stdint.h>",
+        "#include <stdlib.h>",
+    ]
+    if emitter.vector is not None:
+        header += ["#include <immintrin.h>", "", emitter.vector.preamble()]
+    signature = prototype(_identifier(symbol), len(program.inputs), len(program.outputs),
+                          program.dtype, for_cdef=False)
+    return "\n".join([*header, "", signature + " {", *emitter.lines, "}", ""])
+

@@ -1,0 +1,86 @@
+"""The machine as data: ISA level, vector width, cores and caches, read from the running CPU.
+
+Every stage that depends on the hardware takes a `Machine`, so tests can pass a fake one.
+Peak-flops and bandwidth calibration is not here yet (the cost-model issue adds it).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ISA_LEVELS = ("avx512", "avx2", "scalar")
+VECTOR_BITS = {"avx512": 512, "avx2": 256, "scalar": 0}
+_ISA_REQUIRES = {
+    "avx512": {"avx512f", "avx512dq", "avx512bw", "avx512vl", "fma", "avx2"},
+    "avx2": {"avx2", "fma"},
+    "scalar": set(),
+}
+
+
+@dataclass(frozen=True)
+class Machine:
+    isa: str  # one of ISA_LEVELS
+    cores: int
+    l1_bytes: int
+    l2_bytes: int
+    l3_bytes: int
+    line_bytes: int = 64
+
+    def lanes(self, dtype: str) -> int:
+        """Elements per vector register for `dtype` (1 for the scalar ISA)."""
+        bits = VECTOR_BITS[self.isa]
+        return max(1, bits // (32 if dtype == "float32" else 64))
+
+    def with_isa(self, isa: str) -> Machine:
+        """The same machine with a lower ISA level forced (for tests and comparisons)."""
+        if isa not in ISA_LEVELS:
+            raise ValueError(f"unknown ISA {isa!r}; expected one of {ISA_LEVELS}")
+        if ISA_LEVELS.index(isa) < ISA_LEVELS.index(self.isa):
+            raise ValueError(f"this machine cannot run {isa} (it has {self.isa})")
+        return Machine(isa, self.cores, self.l1_bytes, self.l2_bytes, self.l3_bytes,
+                       self.line_bytes)
+
+
+def cpu_flags() -> frozenset[str]:
+    """The flags line of /proc/cpuinfo (empty where it cannot be read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def best_isa(flags: frozenset[str]) -> str:
+    return next(isa for isa in ISA_LEVELS if _ISA_REQUIRES[isa] <= flags)
+
+
+def _cache_size(level: int, default: int) -> int:
+    """Size in bytes of the data/unified cache at `level` of cpu0, from sysfs."""
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(base.glob("index*")):
+        try:
+            kind = (index / "type").read_text().strip()
+            if int((index / "level").read_text()) == level and kind != "Instruction":
+                size = (index / "size").read_text().strip()
+                return int(size[:-1]) * 1024 if size.endswith("K") else int(size)
+        except (OSError, ValueError):
+            continue
+    return default
+
+
+@functools.cache
+def host() -> Machine:
+    """The machine this process runs on."""
+    return Machine(
+        isa=best_isa(cpu_flags()),
+        cores=len(os.sched_getaffinity(0)),
+        l1_bytes=_cache_size(1, 32 * 1024),
+        l2_bytes=_cache_size(2, 1024 * 1024),
+        l3_bytes=_cache_size(3, 16 * 1024 * 1024),
+    )
