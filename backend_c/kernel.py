@@ -1,0 +1,151 @@
+"""`Kernel`: the callable a user gets, wrapping one loaded C function that follows `abi.prototype`.
+
+Every argument is checked before any memory is touched; non-contiguous, unaligned or
+non-native-byte-order inputs are copied, never misread; outputs are fresh arrays on every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from backend_c.abi import C_TYPES
+from backend_c.build import Library
+from eqsat.errors import DTypeError
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One kernel argument: its user-facing name ("x"; outputs use "out0", ...) and its shape."""
+
+    name: str
+    shape: tuple[int, ...]
+
+
+class Kernel:
+    """A compiled kernel, called with numpy arrays by position (in `input_names` order) or name.
+
+    Holds no state that changes between calls, so one Kernel may be called from many threads.
+    """
+
+    def __init__(
+        self,
+        library: Library,
+        symbol: str,
+        inputs: Sequence[TensorSpec],
+        outputs: Sequence[TensorSpec],
+        dtype: str,
+        returns_tuple: bool,
+        c_source: str,
+        explanation: str,
+    ) -> None:
+        """Wrap `library.lib.<symbol>`.
+
+        It requires:
+        1. `library` was built with the cdef `prototype(symbol, len(inputs), len(outputs), dtype,
+           for_cdef=True) + ";"`;
+        2. `dtype` is a key of `abi.C_TYPES`; input names are distinct;
+        3. `returns_tuple` is True when there is more than one output.
+        """
+        if dtype not in C_TYPES:
+            raise DTypeError(
+                f"unsupported kernel dtype {dtype!r}; expected one of {sorted(C_TYPES)}"
+            )
+        names = tuple(spec.name for spec in inputs)
+        if len(set(names)) != len(names):
+            raise ValueError(f"input names must be distinct, got {names}")
+        if not outputs or (len(outputs) > 1 and not returns_tuple):
+            raise ValueError(f"{len(outputs)} outputs need returns_tuple=True and at least one")
+        self._library = library  # keeps the shared library loaded while the kernel lives
+        self._function = getattr(library.lib, symbol)
+        self._c_array_type = f"{C_TYPES[dtype]}[]"
+        self._inputs = tuple(inputs)
+        self._outputs = tuple(outputs)
+        self._dtype = dtype
+        self._numpy_dtype = np.dtype(dtype)
+        self._returns_tuple = returns_tuple
+        self._c_source = c_source
+        self._explanation = explanation
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """Names of the inputs, in positional order."""
+        return tuple(spec.name for spec in self._inputs)
+
+    @property
+    def c_source(self) -> str:
+        """The C source this kernel was compiled from."""
+        return self._c_source
+
+    @property
+    def dtype(self) -> str:
+        """Element type of every input and output: "float32" or "float64"."""
+        return self._dtype
+
+    def explain(self) -> str:
+        """Return the optimizer's account of how this kernel was chosen."""
+        return self._explanation
+
+    def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        """Run the kernel on fresh output arrays and return them (a tuple if `returns_tuple`).
+
+        It requires: each input is a numpy ndarray of the kernel's dtype (any byte order) and
+        exactly its declared shape. Otherwise TypeError (missing, unknown, repeated or extra
+        argument; not an ndarray; wrong dtype) or ValueError (wrong shape), before any C runs.
+        """
+        arrays = [self._checked(spec, value) for spec, value in self._bind(args, kwargs)]
+        results = tuple(np.empty(spec.shape, dtype=self._numpy_dtype) for spec in self._outputs)
+        ffi = self._library.ffi
+        pointers = [ffi.from_buffer(self._c_array_type, array) for array in arrays]
+        pointers += [
+            ffi.from_buffer(self._c_array_type, result, require_writable=True) for result in results
+        ]
+        self._function(*pointers)  # `arrays` and `results` stay referenced until it returns
+        return results if self._returns_tuple else results[0]
+
+    def __repr__(self) -> str:
+        inputs = ", ".join(f"{spec.name}: {spec.shape}" for spec in self._inputs)
+        outputs = ", ".join(str(spec.shape) for spec in self._outputs)
+        return f"Kernel({inputs} -> {outputs}, dtype={self._dtype})"
+
+    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[TensorSpec, Any]]:
+        """Pair every input spec with its argument, or raise TypeError naming the culprit."""
+        names = self.input_names
+        if len(args) > len(names):
+            raise TypeError(
+                f"kernel takes {len(names)} inputs {names} but {len(args)} positional "
+                "arguments were given"
+            )
+        bound = dict(zip(names, args, strict=False))
+        for name, value in kwargs.items():
+            if name not in names:
+                raise TypeError(f"unknown input {name!r}; the inputs are {names}")
+            if name in bound:
+                raise TypeError(f"input {name!r} given both by position and by keyword")
+            bound[name] = value
+        missing = [name for name in names if name not in bound]
+        if missing:
+            raise TypeError(f"missing input(s) {', '.join(map(repr, missing))}")
+        return [(spec, bound[spec.name]) for spec in self._inputs]
+
+    def _checked(self, spec: TensorSpec, value: Any) -> np.ndarray:
+        """Return `value` as a dense, aligned, native-order array, copying only when needed."""
+        if not isinstance(value, np.ndarray):
+            raise TypeError(
+                f"input {spec.name!r} must be a numpy ndarray, got {type(value).__name__}"
+            )
+        expected = self._numpy_dtype
+        if value.dtype.kind != expected.kind or value.dtype.itemsize != expected.itemsize:
+            raise TypeError(
+                f"input {spec.name!r} has dtype {value.dtype}, expected {expected} "
+                "(inputs are not cast)"
+            )
+        if value.shape != spec.shape:
+            raise ValueError(f"input {spec.name!r} has shape {value.shape}, expected {spec.shape}")
+        flags = value.flags
+        if flags.c_contiguous and flags.aligned and value.dtype.isnative:
+            return value
+        return np.array(value, dtype=expected, order="C")

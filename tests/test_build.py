@@ -1,0 +1,244 @@
+"""Tests of backend_c.build: gcc + cffi loading and the on-disk compile cache."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from backend_c.abi import prototype
+from backend_c.build import Library, build_library, cache_dir
+from eqsat.errors import CompileError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SIZE = 8
+
+
+def axpy_source(symbol: str, dtype: str = "float32") -> tuple[str, str]:
+    """C source and cdef of `out0[i] = in0[i] + 2 * in1[i]` over SIZE elements."""
+    source = (
+        "#include <stddef.h>\n"
+        f"{prototype(symbol, 2, 1, dtype, for_cdef=False)} {{\n"
+        f"    for (size_t i = 0; i < {SIZE}; ++i) out0[i] = in0[i] + 2 * in1[i];\n"
+        "}\n"
+    )
+    return source, prototype(symbol, 2, 1, dtype, for_cdef=True) + ";"
+
+
+def run_axpy(library: Library, symbol: str, dtype: str = "float32") -> np.ndarray:
+    """Call the axpy function of `library` on fixed inputs and return its output."""
+    x = np.arange(SIZE, dtype=dtype)
+    y = np.full(SIZE, 0.5, dtype=dtype)
+    out = np.empty(SIZE, dtype=dtype)
+    c_type = "float[]" if dtype == "float32" else "double[]"
+    ffi = library.ffi
+    function = getattr(library.lib, symbol)
+    function(ffi.from_buffer(c_type, x), ffi.from_buffer(c_type, y), ffi.from_buffer(c_type, out))
+    return out
+
+
+EXPECTED = np.arange(SIZE) + 1.0
+
+
+def build_in_subprocess(symbol: str, cache: Path) -> subprocess.Popen[str]:
+    """Start a fresh Python process that builds and runs the axpy of `symbol` in `cache`.
+
+    It prints {"cache_hit", "path", "out"} as JSON.
+    """
+    source, cdef = axpy_source(symbol)
+    script = (
+        "import json, sys\n"
+        "import numpy as np\n"
+        "from backend_c.build import build_library\n"
+        f"library = build_library({source!r}, {cdef!r}, [])\n"
+        f"x = np.arange({SIZE}, dtype=np.float32); y = np.full({SIZE}, 0.5, dtype=np.float32)\n"
+        f"out = np.empty({SIZE}, dtype=np.float32); f = library.ffi.from_buffer\n"
+        f"library.lib.{symbol}(f('float[]', x), f('float[]', y), f('float[]', out))\n"
+        "print(json.dumps({'cache_hit': library.cache_hit, 'path': str(library.path),\n"
+        "                  'out': out.tolist()}))\n"
+    )
+    env = {**os.environ, "EQSAT_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str]) -> dict[str, object]:
+    """Wait for a `build_in_subprocess` process and return its JSON report."""
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    report: dict[str, object] = json.loads(stdout)
+    return report
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("EQSAT_CACHE_DIR", str(directory))
+    return directory
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def copy_entry_to(library: Library, target: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Copy the cache entry of `library` into `target`, point the cache there, return the .so.
+
+    The copy is a new file this process has never loaded, so the test may corrupt it freely.
+    """
+    target.mkdir()
+    for suffix in (".c", ".so", ".sha256"):
+        shutil.copy(library.path.with_suffix(suffix), target)
+    monkeypatch.setenv("EQSAT_CACHE_DIR", str(target))
+    return target / library.path.name
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_build_returns_working_function(cache: Path, dtype: str) -> None:
+    source, cdef = axpy_source("axpy_works", dtype)
+    library = build_library(source, cdef, [])
+    assert not library.cache_hit
+    assert library.path.parent == cache
+    np.testing.assert_array_equal(run_axpy(library, "axpy_works", dtype), EXPECTED)
+    assert library.path.with_suffix(".c").read_text() == source
+    assert library.path.with_suffix(".sha256").read_text() == sha256_of(library.path)
+
+
+def test_build_same_source_twice_in_process_returns_same_library(cache: Path) -> None:
+    source, cdef = axpy_source("axpy_twice")
+    assert build_library(source, cdef, []) is build_library(source, cdef, [])
+
+
+def test_build_fresh_process_is_cache_hit(cache: Path) -> None:
+    first = finish(build_in_subprocess("axpy_fresh", cache))
+    so_path = Path(str(first["path"]))
+    before = so_path.stat()
+    second = finish(build_in_subprocess("axpy_fresh", cache))
+    after = so_path.stat()
+    assert first["cache_hit"] is False
+    assert second["cache_hit"] is True
+    assert second["path"] == first["path"]
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert second["out"] == EXPECTED.tolist()
+
+
+def test_build_key_depends_on_flags_and_cdef(cache: Path) -> None:
+    source, cdef = axpy_source("axpy_flags")
+    plain = build_library(source, cdef, [])
+    with_define = build_library(source, cdef, ["-DUNUSED_MACRO=1"])
+    other_cdef = build_library(source, cdef + "\n", [])
+    assert len({plain.path, with_define.path, other_cdef.path}) == 3
+    np.testing.assert_array_equal(run_axpy(with_define, "axpy_flags"), EXPECTED)
+
+
+def test_build_corrupt_so_is_rebuilt(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, cdef = axpy_source("axpy_corrupt")
+    so_path = copy_entry_to(build_library(source, cdef, []), tmp_path / "copy", monkeypatch)
+    data = bytearray(so_path.read_bytes())
+    data[-16:] = b"\xff" * 16  # section headers: dlopen still succeeds, only the sha256 differs
+    so_path.write_bytes(bytes(data))
+    rebuilt = build_library(source, cdef, [])
+    assert not rebuilt.cache_hit
+    assert rebuilt.path == so_path
+    assert so_path.with_suffix(".sha256").read_text() == sha256_of(so_path)
+    np.testing.assert_array_equal(run_axpy(rebuilt, "axpy_corrupt"), EXPECTED)
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_build_bad_sidecar_is_rebuilt(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    source, cdef = axpy_source("axpy_sidecar")
+    so_path = copy_entry_to(build_library(source, cdef, []), tmp_path / "copy", monkeypatch)
+    sidecar = so_path.with_suffix(".sha256")
+    if damage == "missing":
+        sidecar.unlink()
+    else:
+        sidecar.write_text(sidecar.read_text()[:10])
+    rebuilt = build_library(source, cdef, [])
+    assert not rebuilt.cache_hit
+    assert sidecar.read_text() == sha256_of(so_path)
+    np.testing.assert_array_equal(run_axpy(rebuilt, "axpy_sidecar"), EXPECTED)
+
+
+def test_build_entry_that_fails_to_load_is_rebuilt(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, cdef = axpy_source("axpy_unloadable")
+    so_path = copy_entry_to(build_library(source, cdef, []), tmp_path / "copy", monkeypatch)
+    so_path.write_bytes(b"not an ELF file")
+    so_path.with_suffix(".sha256").write_text(sha256_of(so_path))
+    rebuilt = build_library(source, cdef, [])
+    assert not rebuilt.cache_hit
+    np.testing.assert_array_equal(run_axpy(rebuilt, "axpy_unloadable"), EXPECTED)
+
+
+def test_build_concurrent_processes_compile_once(cache: Path) -> None:
+    processes = [build_in_subprocess("axpy_concurrent", cache) for _ in range(4)]
+    reports = [finish(process) for process in processes]
+    assert all(report["out"] == EXPECTED.tolist() for report in reports)
+    assert len({report["path"] for report in reports}) == 1
+    assert [report["cache_hit"] for report in reports].count(False) == 1
+    so_path = Path(str(reports[0]["path"]))
+    assert sorted(cache.glob("*.so")) == [so_path]
+    assert not list(cache.glob("*.tmp"))
+    assert so_path.with_suffix(".sha256").read_text() == sha256_of(so_path)
+
+
+def test_build_fail_syntax_error_raises_compile_error(cache: Path) -> None:
+    source = "void broken(void) { this is not C }\n"
+    with pytest.raises(CompileError) as caught:
+        build_library(source, "void broken(void);", [])
+    error = caught.value
+    assert error.command[0] == "gcc"
+    assert "error" in error.stderr
+    assert Path(error.c_path).read_text() == source
+    assert not list(cache.glob("*.so")) and not list(cache.glob("*.tmp"))
+
+
+def test_build_fail_gcc_missing_raises_compile_error(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build_library(*axpy_source("axpy_before_gcc_vanishes"), [])
+    empty = tmp_path / "empty_bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    source, cdef = axpy_source("axpy_no_gcc")
+    with pytest.raises(CompileError, match="gcc is missing"):
+        build_library(source, cdef, [])
+
+
+@pytest.mark.parametrize("flag", ["-ffast-math", "-Ofast", "-funsafe-math-optimizations"])
+def test_build_fail_flush_to_zero_flags_refused(cache: Path, flag: str) -> None:
+    source, cdef = axpy_source("axpy_fast_math")
+    with pytest.raises(ValueError, match=flag):
+        build_library(source, cdef, ["-march=native", flag])
+    assert not list(cache.glob("*.so"))
+
+
+def test_cache_dir_reads_environment_each_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EQSAT_CACHE_DIR", str(tmp_path / "explicit"))
+    assert cache_dir() == tmp_path / "explicit" and cache_dir().is_dir()
+    monkeypatch.delenv("EQSAT_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "eqsat"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_dir() == tmp_path / "home" / ".cache" / "eqsat"

@@ -1,0 +1,248 @@
+"""Tests of backend_c.kernel: argument checking, copies, outputs and threads of `Kernel`."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from backend_c.abi import prototype
+from backend_c.build import build_library
+from backend_c.kernel import Kernel, TensorSpec
+
+SHAPE = (3, 4)
+
+
+def make_kernel(
+    body: str,
+    inputs: list[TensorSpec],
+    outputs: list[TensorSpec],
+    dtype: str = "float32",
+    returns_tuple: bool = False,
+) -> Kernel:
+    """Build a kernel whose C body is `body` (it may use `in0..`, `out0..`)."""
+    symbol = "test_kernel"
+    signature = prototype(symbol, len(inputs), len(outputs), dtype, for_cdef=False)
+    source = f"#include <stddef.h>\n{signature} {{\n{body}\n}}\n"
+    cdef = prototype(symbol, len(inputs), len(outputs), dtype, for_cdef=True) + ";"
+    library = build_library(source, cdef, [])
+    return Kernel(
+        library, symbol, inputs, outputs, dtype, returns_tuple, source, "explanation text"
+    )
+
+
+def axpy_kernel(dtype: str = "float32", shape: tuple[int, ...] = SHAPE) -> Kernel:
+    """Kernel computing `x + 2 * y` elementwise over `shape`."""
+    size = int(np.prod(shape))
+    body = f"for (size_t i = 0; i < {size}; ++i) out0[i] = in0[i] + 2 * in1[i];"
+    inputs = [TensorSpec("x", shape), TensorSpec("y", shape)]
+    return make_kernel(body, inputs, [TensorSpec("out0", shape)], dtype)
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("EQSAT_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def random_inputs(dtype: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(SHAPE).astype(dtype), rng.standard_normal(SHAPE).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_kernel_positional_keyword_and_mixed_calls(dtype: str) -> None:
+    kernel = axpy_kernel(dtype)
+    x, y = random_inputs(dtype)
+    expected = x + 2 * y
+    for result in (kernel(x, y), kernel(y=y, x=x), kernel(x, y=y)):
+        assert isinstance(result, np.ndarray)
+        assert result.dtype == np.dtype(dtype) and result.shape == SHAPE
+        np.testing.assert_array_equal(result, expected)
+
+
+def test_kernel_properties_and_repr() -> None:
+    kernel = axpy_kernel()
+    assert kernel.input_names == ("x", "y")
+    assert kernel.dtype == "float32"
+    assert "out0[i] = in0[i] + 2 * in1[i]" in kernel.c_source
+    assert kernel.explain() == "explanation text"
+    text = repr(kernel)
+    assert "x: (3, 4)" in text and "y: (3, 4)" in text and "float32" in text
+
+
+def test_kernel_outputs_are_fresh_each_call() -> None:
+    kernel = axpy_kernel()
+    x, y = random_inputs("float32")
+    first = kernel(x, y)
+    second = kernel(x, y)
+    assert isinstance(first, np.ndarray) and isinstance(second, np.ndarray)
+    assert not np.shares_memory(first, second)
+    assert not np.shares_memory(first, x) and not np.shares_memory(first, y)
+
+
+X, Y = random_inputs("float32")
+
+BAD_CALLS: list[tuple[str, Callable[[Kernel], Any], type[Exception], list[str]]] = [
+    ("missing", lambda k: k(X), TypeError, ["'y'"]),
+    ("missing_keyword", lambda k: k(y=Y), TypeError, ["'x'"]),
+    ("unknown_keyword", lambda k: k(X, Y, z=Y), TypeError, ["'z'"]),
+    ("too_many_positional", lambda k: k(X, Y, Y), TypeError, ["3 positional"]),
+    ("given_twice", lambda k: k(X, Y, x=X), TypeError, ["'x'"]),
+    ("list", lambda k: k(X.tolist(), Y), TypeError, ["'x'", "list"]),
+    ("python_scalar", lambda k: k(X, 1.0), TypeError, ["'y'", "float"]),
+    ("numpy_scalar", lambda k: k(X, np.float32(1.0)), TypeError, ["'y'", "float32"]),
+    ("float64", lambda k: k(X.astype(np.float64), Y), TypeError, ["'x'", "float32", "float64"]),
+    ("int32", lambda k: k(X, Y.astype(np.int32)), TypeError, ["'y'", "float32", "int32"]),
+    ("float16", lambda k: k(X, Y.astype(np.float16)), TypeError, ["'y'", "float16"]),
+    ("shape", lambda k: k(X, Y[:2]), ValueError, ["'y'", "(2, 4)", "(3, 4)"]),
+    ("transposed_shape", lambda k: k(X.T, Y), ValueError, ["'x'", "(4, 3)", "(3, 4)"]),
+    ("flat", lambda k: k(X.ravel(), Y), ValueError, ["'x'", "(12,)", "(3, 4)"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "fragments"),
+    [case[1:] for case in BAD_CALLS],
+    ids=[case[0] for case in BAD_CALLS],
+)
+def test_kernel_fail_bad_arguments(
+    call: Callable[[Kernel], Any], error: type[Exception], fragments: list[str]
+) -> None:
+    kernel = axpy_kernel()
+    with pytest.raises(error) as caught:
+        call(kernel)
+    assert type(caught.value) is error
+    for fragment in fragments:
+        assert fragment in str(caught.value)
+
+
+def test_kernel_fail_float64_kernel_rejects_float32() -> None:
+    kernel = axpy_kernel("float64")
+    with pytest.raises(TypeError, match="'y'.*float32.*expected float64"):
+        kernel(X.astype(np.float64), Y)
+
+
+def test_kernel_non_contiguous_inputs_are_copied_not_misread() -> None:
+    kernel = axpy_kernel()
+    rng = np.random.default_rng(1)
+    transposed = rng.standard_normal((4, 3)).astype(np.float32).T
+    wide = rng.standard_normal((3, 8)).astype(np.float32)
+    sliced = wide[:, ::2]
+    big_endian = rng.standard_normal(SHAPE).astype(">f4")
+    snapshots = [array.copy() for array in (transposed, wide, big_endian)]
+    assert not transposed.flags.c_contiguous and not sliced.flags.c_contiguous
+    np.testing.assert_array_equal(kernel(transposed, sliced), transposed + 2 * sliced)
+    np.testing.assert_array_equal(
+        kernel(big_endian, transposed), big_endian.astype(np.float32) + 2 * transposed
+    )
+    for array, snapshot in zip((transposed, wide, big_endian), snapshots, strict=True):
+        np.testing.assert_array_equal(array, snapshot)
+    assert big_endian.dtype == np.dtype(">f4")
+
+
+def test_kernel_read_only_and_unaligned_inputs() -> None:
+    kernel = axpy_kernel()
+    x, y = random_inputs("float32", seed=2)
+    x.flags.writeable = False
+    raw = np.zeros(x.nbytes + 1, dtype=np.uint8)
+    unaligned = raw[1:].view(np.float32).reshape(SHAPE)
+    unaligned[...] = y
+    assert not unaligned.flags.aligned
+    np.testing.assert_array_equal(kernel(x, unaligned), x + 2 * y)
+
+
+def test_kernel_returns_tuple_of_outputs() -> None:
+    body = (
+        "for (size_t i = 0; i < 4; ++i) {\n"
+        "    out0[i] = in0[i] + in1[i];\n"
+        "    out1[i] = in0[i] * in1[i];\n"
+        "}"
+    )
+    spec = (4,)
+    kernel = make_kernel(
+        body,
+        [TensorSpec("a", spec), TensorSpec("b", spec)],
+        [TensorSpec("out0", spec), TensorSpec("out1", spec)],
+        returns_tuple=True,
+    )
+    a = np.array([1, 2, 3, 4], dtype=np.float32)
+    b = np.array([5, 6, 7, 8], dtype=np.float32)
+    result = kernel(a, b)
+    assert isinstance(result, tuple) and len(result) == 2
+    np.testing.assert_array_equal(result[0], a + b)
+    np.testing.assert_array_equal(result[1], a * b)
+
+
+def test_kernel_single_output_as_tuple() -> None:
+    kernel = make_kernel(
+        "out0[0] = in0[0];",
+        [TensorSpec("a", (1,))],
+        [TensorSpec("out0", (1,))],
+        returns_tuple=True,
+    )
+    result = kernel(np.ones(1, dtype=np.float32))
+    assert isinstance(result, tuple) and len(result) == 1
+
+
+def test_kernel_zero_dimensional_input_and_output() -> None:
+    kernel = make_kernel(
+        "out0[0] = 3 * in0[0];", [TensorSpec("s", ())], [TensorSpec("out0", ())], "float64"
+    )
+    result = kernel(np.array(2.5))
+    assert isinstance(result, np.ndarray) and result.shape == () and result == 7.5
+    with pytest.raises(TypeError, match="'s'"):
+        kernel(np.float64(2.5))
+    with pytest.raises(ValueError, match="'s'"):
+        kernel(np.array([2.5]))
+
+
+def test_kernel_fail_constructor_preconditions() -> None:
+    kernel = axpy_kernel()
+    library = kernel._library
+    spec = TensorSpec("x", SHAPE)
+    with pytest.raises(TypeError, match="int32"):
+        Kernel(library, "test_kernel", [spec], [spec], "int32", False, "", "")
+    with pytest.raises(ValueError, match="distinct"):
+        Kernel(library, "test_kernel", [spec, spec], [spec], "float32", False, "", "")
+    with pytest.raises(ValueError, match="returns_tuple"):
+        Kernel(library, "test_kernel", [spec], [spec, spec], "float32", False, "", "")
+    with pytest.raises(AttributeError):
+        Kernel(library, "no_such_symbol", [spec], [spec], "float32", False, "", "")
+
+
+def test_kernel_concurrent_threads_get_correct_results() -> None:
+    shape = (64, 1024)
+    kernel = axpy_kernel(shape=shape)
+    failures: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        x = rng.standard_normal(shape).astype(np.float32)
+        y = rng.standard_normal(shape).astype(np.float32)
+        expected = x + 2 * y
+        barrier.wait()
+        for _ in range(50):
+            if not np.array_equal(kernel(x=x, y=y), expected):
+                failures.append(f"thread {seed}")
+                return
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
+def test_kernel_loaded_library_keeps_subnormals() -> None:
+    kernel = axpy_kernel(shape=(1,))
+    assert np.float32(1e-40) * np.float32(1) != 0
+    tiny = np.array([1e-40], dtype=np.float32)
+    result = kernel(tiny, np.zeros(1, dtype=np.float32))
+    assert isinstance(result, np.ndarray) and result[0] == tiny[0] and result[0] != 0
