@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 import re
+
 from backend_c.abi import C_TYPES, prototype
-from backend_c.isa import VECTOR_UNARY, VectorIsa
+from backend_c.isa import VectorIsa
 from eqsat.interp import axis_extent
+from eqsat.loops import access_kind, base_axis, vectorizable
 from eqsat.terms import LoopProgram, Term, index_items
 
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
@@ -60,61 +62,6 @@ def axis_var(axis: Term) -> str:
     return f"{axis_var(parent)}_{suffix}{axis.args[1]}"
 
 
-def base_axis(axis: Term) -> Term | None:
-    """The named axis a loop walks with unit stride: itself, or the parent of an inner split."""
-    if axis.op == "Axis.named":
-        return axis
-    parent = axis.args[0]
-    if axis.op == "Axis.inner" and isinstance(parent, Term) and parent.op == "Axis.named":
-        return parent
-    return None
-
-
-def mentions(index: Term, axis: Term) -> bool:
-    if index.op == "Index.axis":
-        return index.args[0] == axis
-    return any(isinstance(a, Term) and mentions(a, axis) for a in index.args)
-
-
-def access_kind(index_list: Term, axis: Term) -> str | None:
-    """How an access moves along `axis`: "uniform", "contiguous" (last index is the axis,
-    nothing else mentions it) or None (strided or gathered)."""
-    items = index_items(index_list)
-    if not any(mentions(i, axis) for i in items):
-        return "uniform"
-    if items[-1] == Term("Index.axis", (axis,)) and not any(mentions(i, axis) for i in items[:-1]):
-        return "contiguous"
-    return None
-
-
-def _loads(scalar: Term) -> list[Term]:
-    if scalar.op == "Scalar.load":
-        return [scalar]
-    return [load for a in scalar.args if isinstance(a, Term) for load in _loads(a)]
-
-
-def _vector_ops_ok(scalar: Term) -> bool:
-    if scalar.op == "Scalar.unary" and scalar.args[0] not in VECTOR_UNARY:
-        return False
-    return all(_vector_ops_ok(a) for a in scalar.args if isinstance(a, Term))
-
-
-def vectorizable(axis: Term, body: Term) -> bool:
-    """True when the emitter can run a loop over `axis` with `body` as a SIMD loop."""
-    base = base_axis(axis)
-    if base is None or body.op not in ("Stmt.store", "Stmt.accumulate"):
-        return False
-    buffer, target, value = body.args[0], body.args[1], body.args[-1]
-    assert isinstance(target, Term) and isinstance(value, Term)
-    loads = _loads(value)
-    if any(load.args[0] == buffer for load in loads) or not _vector_ops_ok(value):
-        return False
-    if any(access_kind(load.args[1], base) is None for load in loads):  # type: ignore[arg-type]
-        return False
-    target_kind = access_kind(target, base)
-    return target_kind == "contiguous" or (body.op == "Stmt.accumulate" and target_kind == "uniform")
-
-
 class _Emitter:
     def __init__(self, program: LoopProgram, isa: str) -> None:
         self.dtype = program.dtype
@@ -126,6 +73,7 @@ class _Emitter:
         }
         self.shapes.update({f"out{k}": shape for k, shape in enumerate(program.outputs)})
         self.scope: list[Term] = []
+        self.parallel_depth = 0
         self.lines: list[str] = []
         self.depth = 1
 
@@ -263,13 +211,21 @@ class _Emitter:
             self.vector_loop(axis, body)
             return
         var, extent = axis_var(axis), axis_extent(axis)
-        if kind.op == "LoopKind.parallel":
+        if kind.op == "LoopKind.parallel" and not self.in_parallel:
             self.line("#pragma omp parallel for schedule(static)")
         elif kind.op == "LoopKind.unroll":
             self.line(f"#pragma GCC unroll {kind.args[0]}")
         self.line(f"for (int64_t {var} = 0; {var} < {extent}; ++{var}) {{")
+        parallel = kind.op == "LoopKind.parallel"
+        self.parallel_depth += parallel
         self.nested(axis, body)
+        self.parallel_depth -= parallel
         self.line("}")
+
+    @property
+    def in_parallel(self) -> bool:
+        """Inside a parallel loop, a nested one runs serially (OpenMP nesting is off)."""
+        return self.parallel_depth > 0
 
     def nested(self, axis: Term, body: Term) -> None:
         self.scope.append(axis)

@@ -14,8 +14,6 @@ GCC_FLAGS = {
     "scalar": (),
 }
 
-# Operations whose vector form is below; any other op makes a loop stay scalar.
-VECTOR_UNARY = frozenset({"neg", "abs", "sqrt", "relu"})
 COMPARE_PREDICATES = {
     "lt": "_CMP_LT_OQ",
     "le": "_CMP_LE_OQ",
@@ -80,6 +78,7 @@ class VectorIsa:
                 return f"{self._fn('sqrt')}({x})"
             case "relu":
                 return f"{self._fn('max')}({x}, {zero})"
+        # eqsat.loops.VECTOR_UNARY lists exactly the ops above.
         raise ValueError(f"no vector form for {op}")
 
     def binary(self, op: str, a: str, b: str) -> str:

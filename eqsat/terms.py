@@ -260,6 +260,12 @@ def _constructor_table() -> dict[str, Callable[..., Expr]]:
 CONSTRUCTORS: dict[str, Callable[..., Expr]] = _constructor_table()
 
 
+def sort_of(expr: Any) -> type[Expr]:
+    """The sort of an expression built by a constructor (variables allowed inside)."""
+    sort_name = str(get_callable_fn(expr)).split(".")[0]
+    return next(sort for sort in SORTS if sort.__name__ == sort_name)
+
+
 def to_term(expr: Any) -> Arg:
     """Read an egglog expression (built from the sorts above) back as a Term."""
     literal = get_literal_value(expr)

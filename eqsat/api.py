@@ -1,0 +1,179 @@
+"""The public pipeline, top to bottom: frontend -> algebra -> lowering -> loops -> extract -> C.
+
+    kernel = eqsat.compile(eqsat.relu(x @ W + b))   # -> eqsat.Kernel
+    best = eqsat.optimize(y)                         # the same stages without building C
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from egglog import EGraph, unstable_combine_rulesets
+
+from backend_c.abi import prototype
+from backend_c.build import build_library
+from backend_c.emit import emit
+from backend_c.isa import GCC_FLAGS
+from backend_c.kernel import Kernel, TensorSpec
+from eqsat.frontend import Tensor
+from eqsat.pretty import format_loops, format_tensor
+from eqsat.saturate import Limits, SaturationReport, saturate
+from eqsat.terms import LoopProgram, Term, to_egglog, to_term
+from extract.cost import LoopCost, TensorCost
+from extract.extractor import SerializedGraph
+from extract.machine import Machine, host
+from rewrites.algebra import algebra_rules
+from rewrites.analysis import analysis
+from rewrites.annotate import annotate_rules
+from rewrites.fusion import fusion_candidates, fusion_rules
+from rewrites.interchange import interchange_rules
+from rewrites.lowering import lower
+from rewrites.tiling import tile_sizes, tiling_rules
+
+SYMBOL = "eqsat_kernel"
+
+
+@dataclass(frozen=True)
+class Optimized:
+    """What the optimizer chose, and why (`report()`)."""
+
+    original: tuple[Term, ...]  # tensor terms as written
+    chosen: tuple[Term, ...]  # after algebra + stage-1 extraction
+    canonical: LoopProgram  # the lowering of `chosen`
+    program: LoopProgram  # the loop nest extracted from stage 2
+    cost: float  # predicted cycles of `program`
+    canonical_cost: float
+    stages: tuple[SaturationReport, SaturationReport]
+    machine: Machine
+
+    @property
+    def expr(self) -> str:
+        return "; ".join(format_tensor(t) for t in self.chosen)
+
+    def report(self) -> str:
+        inputs = ", ".join(f"{name} {shape}" for name, shape in self.program.inputs)
+        lines = [
+            f"inputs: {inputs}  ({self.program.dtype}, isa {self.machine.isa}, "
+            f"{self.machine.cores} cores)",
+            "written: " + "; ".join(format_tensor(t) for t in self.original),
+            "chosen:  " + self.expr,
+            *(stage.summary() for stage in self.stages),
+            f"predicted: {self.cost:,.0f} cycles (canonical nest: {self.canonical_cost:,.0f})",
+            "loop nest:",
+            format_loops(self.program.body, 1),
+        ]
+        return "\n".join(lines)
+
+
+def _outputs(outputs: Tensor | Sequence[Tensor]) -> tuple[list[Tensor], bool]:
+    """The output tensors, and whether the user asked for a tuple."""
+    if isinstance(outputs, Tensor):
+        return [outputs], False
+    if isinstance(outputs, (list, tuple)) and outputs:
+        for k, item in enumerate(outputs):
+            if not isinstance(item, Tensor):
+                raise TypeError(f"output {k} is {type(item).__name__}, expected an eqsat Tensor")
+        return list(outputs), True
+    raise TypeError(
+        f"expected an eqsat Tensor or a non-empty list of them, got {type(outputs).__name__}"
+    )
+
+
+def _optimize_algebra(roots: list[Term], limits: Limits) -> tuple[list[Term], SaturationReport]:
+    egraph = EGraph()
+    for k, root in enumerate(roots):
+        egraph.let(f"root{k}", to_egglog(root))
+    report = saturate(egraph, algebra_rules(), limits, "algebra")
+    graph = SerializedGraph(egraph)
+    cost = TensorCost()
+    return [graph.extract(graph.root(f"root{k}"), cost)[0] for k in range(len(roots))], report
+
+
+def _schedule_loops(
+    program: LoopProgram, machine: Machine, limits: Limits
+) -> tuple[Term, float, float, SaturationReport]:
+    lanes = machine.lanes(program.dtype)
+    egraph = EGraph()
+    egraph.let("kernel", to_egglog(program.body))
+    facts = unstable_combine_rulesets(analysis, fusion_candidates(), name="loop-facts")
+    rewrites = unstable_combine_rulesets(
+        interchange_rules(),
+        tiling_rules(tile_sizes(lanes)),
+        fusion_rules(),
+        annotate_rules(lanes, machine.cores),
+        name="loop-rules",
+    )
+    report = saturate(egraph, facts.saturate() + rewrites, limits, "loops")
+    graph = SerializedGraph(egraph)
+    cost = LoopCost(machine, program.dtype)
+    body, predicted = graph.extract(graph.root("kernel"), cost)
+    canonical_cost = _term_cost(program.body, cost)
+    return body, predicted, canonical_cost, report
+
+
+def _term_cost(t: Term, cost: LoopCost) -> float:
+    """Cost of one given term (no choice) under the same model, for comparison."""
+    children = t.args
+    child_costs = [_term_cost(c, cost) if isinstance(c, Term) else 0.0 for c in children]
+    return cost(t.op, children, child_costs)
+
+
+def optimize(
+    outputs: Tensor | Sequence[Tensor],
+    *,
+    limits: Limits | None = None,
+    machine: Machine | None = None,
+) -> Optimized:
+    """Choose the algebraic form and the loop nest of `outputs` (no C is built)."""
+    tensors, _ = _outputs(outputs)
+    limits = limits or Limits()
+    machine = machine or host()
+    original = [to_term(t.expr) for t in tensors]
+    assert all(isinstance(t, Term) for t in original)
+    chosen, algebra_report = _optimize_algebra(original, limits)  # type: ignore[arg-type]
+    canonical = lower(chosen)
+    body, cost, canonical_cost, loop_report = _schedule_loops(canonical, machine, limits)
+    return Optimized(
+        tuple(original),  # type: ignore[arg-type]
+        tuple(chosen),
+        canonical,
+        canonical.with_body(body),
+        cost,
+        canonical_cost,
+        (algebra_report, loop_report),
+        machine,
+    )
+
+
+def compile(  # noqa: A001 - the public name is part of the stable API (DESIGN §8)
+    outputs: Tensor | Sequence[Tensor],
+    *,
+    limits: Limits | None = None,
+    machine: Machine | None = None,
+    isa: str | None = None,
+) -> Kernel:
+    """Optimize `outputs` and build a C kernel for them.
+
+    `isa` forces "avx512", "avx2" or "scalar" (default: the best this machine runs). A list of
+    outputs gives a kernel that returns a tuple. Raises CompileError if the C compiler fails."""
+    _, returns_tuple = _outputs(outputs)
+    machine = machine or host()
+    if isa is not None:
+        machine = machine.with_isa(isa)
+    best = optimize(outputs, limits=limits, machine=machine)
+    program = best.program
+    source = emit(program, machine.isa, SYMBOL)
+    cdef = prototype(SYMBOL, len(program.inputs), len(program.outputs), program.dtype,
+                     for_cdef=True) + ";"
+    library = build_library(source, cdef, GCC_FLAGS[machine.isa])
+    return Kernel(
+        library,
+        SYMBOL,
+        [TensorSpec(name, shape) for name, shape in program.inputs],
+        [TensorSpec(f"out{k}", shape) for k, shape in enumerate(program.outputs)],
+        program.dtype,
+        returns_tuple,
+        source,
+        best.report(),
+    )

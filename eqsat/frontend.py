@@ -1,0 +1,473 @@
+"""The user-facing symbolic array: numpy-like operations that build `TExpr` terms.
+
+Every operation checks shapes (`eqsat.shapes`) and dtypes as it is built, so a `Tensor` always
+holds a well-formed term. Elementwise ops broadcast implicitly (numpy rules, no broadcast node);
+matmul gets explicit `TExpr.broadcast` nodes so that its batch dims are equal. Composite ops
+(softmax, gelu, layernorm) are built from the primitives::
+
+    x = tensor("x", (4, 8))
+    softmax(x)  ->  e / sum(e, -1, keepdims)  with  e = exp(x - max(x, -1, keepdims))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from egglog import get_callable_args, get_callable_fn
+
+from eqsat import shapes
+from eqsat.errors import DTypeError, ShapeError
+from eqsat.shapes import Shape
+from eqsat.terms import DTYPES, TExpr, to_term
+
+__all__ = [
+    "Tensor",
+    "abs",
+    "exp",
+    "gelu",
+    "layernorm",
+    "log",
+    "matmul",
+    "max",
+    "maximum",
+    "mean",
+    "minimum",
+    "relu",
+    "sigmoid",
+    "softmax",
+    "sqrt",
+    "sum",
+    "tanh",
+    "tensor",
+    "transpose",
+    "where",
+]
+
+Axes = int | tuple[int, ...] | None
+_SCALAR_TYPES = (int, float, np.integer, np.floating)
+
+
+class Tensor:
+    """A symbolic array: a `TExpr` with its shape and dtype. Build it with `tensor(...)`."""
+
+    __array_ufunc__ = None  # ndarray <op> Tensor defers to Tensor, which refuses cleanly
+    __hash__ = object.__hash__  # __eq__ builds a tensor, so hash by identity
+
+    def __init__(self, expr: TExpr, shape: Shape, dtype: str) -> None:
+        self.expr = expr
+        self.shape = shape
+        self.dtype = dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __bool__(self) -> bool:
+        raise TypeError("a symbolic tensor has no truth value; use eqsat.where for conditions")
+
+    def __repr__(self) -> str:
+        return f"Tensor(shape={self.shape}, dtype={self.dtype}, expr={_short_form(self.expr)})"
+
+    # -------------------------------------------------------- elementwise arithmetic
+
+    def __add__(self, other: object) -> Tensor:
+        return _binary("add", self, other)
+
+    def __radd__(self, other: object) -> Tensor:
+        return _binary("add", other, self)
+
+    def __sub__(self, other: object) -> Tensor:
+        return _binary("sub", self, other)
+
+    def __rsub__(self, other: object) -> Tensor:
+        return _binary("sub", other, self)
+
+    def __mul__(self, other: object) -> Tensor:
+        return _binary("mul", self, other)
+
+    def __rmul__(self, other: object) -> Tensor:
+        return _binary("mul", other, self)
+
+    def __truediv__(self, other: object) -> Tensor:
+        return _binary("div", self, other)
+
+    def __rtruediv__(self, other: object) -> Tensor:
+        return _binary("div", other, self)
+
+    def __neg__(self) -> Tensor:
+        return _unary("neg", self)
+
+    def __pow__(self, exponent: object) -> Tensor:
+        """x ** n for an int n: n = 0 gives ones, n < 0 gives 1 / x ** -n."""
+        if not isinstance(exponent, int | np.integer):
+            raise TypeError(f"pow: the exponent must be an int, got {exponent!r}")
+        n = int(exponent)
+        if n == 0:
+            return _full(1.0, self.shape, self.dtype)
+        if n < 0:
+            return _binary("div", 1.0, self ** (-n))
+        return _power(self, n)
+
+    # -------------------------------------------------------- comparisons: 1.0 / 0.0 tensors
+
+    def __lt__(self, other: object) -> Tensor:
+        return _binary("lt", self, other)
+
+    def __le__(self, other: object) -> Tensor:
+        return _binary("le", self, other)
+
+    def __gt__(self, other: object) -> Tensor:
+        return _binary("gt", self, other)
+
+    def __ge__(self, other: object) -> Tensor:
+        return _binary("ge", self, other)
+
+    def __eq__(self, other: object) -> Tensor:  # type: ignore[override]
+        return _binary("eq", self, other)
+
+    def __ne__(self, other: object) -> Tensor:  # type: ignore[override]
+        return _binary("ne", self, other)
+
+    # -------------------------------------------------------- matmul and layout
+
+    def __matmul__(self, other: Tensor) -> Tensor:
+        return matmul(self, other)
+
+    def __rmatmul__(self, other: object) -> Tensor:
+        return matmul(_require(other, "matmul"), self)
+
+    @property
+    def T(self) -> Tensor:
+        """The axes reversed."""
+        return self.transpose()
+
+    def transpose(self, *axes: Any) -> Tensor:
+        """Permute the axes: `t.transpose(1, 0)` or `t.transpose((1, 0))`; none = reverse.
+
+        It requires: the axes (negative allowed) are a permutation of range(ndim).
+        """
+        if not axes or axes == (None,):
+            axes = tuple(range(self.ndim))[::-1]
+        elif len(axes) == 1 and isinstance(axes[0], tuple | list):
+            axes = tuple(axes[0])
+        perm = tuple(shapes.normalize_axis("transpose", a, self.shape) for a in axes)
+        shape = shapes.transpose(self.shape, perm)
+        if perm == tuple(range(self.ndim)):
+            return self
+        return Tensor(TExpr.transpose(self.expr, perm), shape, self.dtype)
+
+    def reshape(self, *shape: Any) -> Tensor:
+        """Same elements in row-major order: `t.reshape(2, -1)` or `t.reshape((2, -1))`.
+
+        It requires: the element count is unchanged; at most one -1.
+        """
+        if len(shape) == 1 and isinstance(shape[0], tuple | list):
+            shape = tuple(shape[0])
+        return _reshape(self, shapes.resolve_reshape(self.shape, shape))
+
+    # -------------------------------------------------------- reductions
+
+    def sum(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
+        """Sum over `axis`: None (all axes), an int, or a tuple of ints."""
+        return _reduce("sum", self, axis, keepdims)
+
+    def max(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
+        """Maximum over `axis`: None (all axes), an int, or a tuple of ints."""
+        return _reduce("max", self, axis, keepdims)
+
+    def mean(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
+        """Mean over `axis`: the sum times 1/count."""
+        total = self.sum(axis, keepdims)
+        count = math.prod(self.shape) // math.prod(total.shape)
+        return total if count == 1 else total * (1.0 / count)
+
+
+# ------------------------------------------------------------ building blocks
+
+
+def tensor(name: str, shape: Sequence[int], dtype: Any = "float32") -> Tensor:
+    """A named input of the program.
+
+    It requires: `name` a non-empty str; `shape` a tuple of ints >= 1 (() for a scalar);
+    `dtype` float32 or float64 (a name, numpy type or numpy dtype).
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"tensor: the name must be a non-empty str, got {name!r}")
+    dtype_name = _dtype_name(dtype)
+    checked = shapes.validate_shape(shape, f"tensor {name!r}")
+    return Tensor(TExpr.input(name, checked, dtype_name), checked, dtype_name)
+
+
+def _dtype_name(dtype: Any) -> str:
+    try:
+        name = None if dtype is None else np.dtype(dtype).name
+    except TypeError:
+        name = None
+    if name is None or name not in DTYPES:
+        raise DTypeError(f"tensor: unsupported dtype {dtype!r}; use 'float32' or 'float64'")
+    return name
+
+
+def _require(value: object, what: str) -> Tensor:
+    """`value` if it is a Tensor, else a TypeError naming `what`."""
+    if isinstance(value, Tensor):
+        return value
+    hint = "; pass arrays as inputs with eqsat.tensor" if isinstance(value, np.ndarray) else ""
+    raise TypeError(f"{what}: expected an eqsat.Tensor, got {type(value).__name__}{hint}")
+
+
+def _operands(what: str, values: Sequence[object]) -> list[Tensor]:
+    """`values` as Tensors: Python/numpy scalars become constants of the tensors' one dtype.
+
+    It requires: at least one Tensor; all Tensors share one dtype.
+    """
+    tensors = [v for v in values if isinstance(v, Tensor)]
+    if not tensors:
+        raise TypeError(f"{what}: at least one operand must be an eqsat.Tensor")
+    dtype = _common_dtype(what, tensors)
+    result = []
+    for value in values:
+        if isinstance(value, Tensor):
+            result.append(value)
+        elif isinstance(value, _SCALAR_TYPES):
+            result.append(_full(float(value), (), dtype))
+        else:
+            raise TypeError(
+                f"{what}: cannot combine a tensor with {type(value).__name__}; "
+                "pass arrays as inputs with eqsat.tensor, scalars as int or float"
+            )
+    return result
+
+
+def _common_dtype(what: str, tensors: Sequence[Tensor]) -> str:
+    """The one dtype of `tensors`; mixing float32 and float64 is a DTypeError naming `what`."""
+    dtypes = sorted({t.dtype for t in tensors})
+    if len(dtypes) > 1:
+        raise DTypeError(f"{what}: cannot mix {dtypes[0]} and {dtypes[1]}; cast an input")
+    return dtypes[0]
+
+
+def _full(value: float, shape: Shape, dtype: str) -> Tensor:
+    """A tensor of `shape` filled with `value`."""
+    expr = TExpr.const(value)
+    if shape:
+        expr = TExpr.broadcast(expr, shape)
+    return Tensor(expr, shape, dtype)
+
+
+def _unary(op: str, x: object, what: str | None = None) -> Tensor:
+    x = _require(x, what or op)
+    return Tensor(TExpr.unary(op, x.expr), x.shape, x.dtype)
+
+
+def _binary(op: str, a: object, b: object, what: str | None = None) -> Tensor:
+    """Elementwise `op` with numpy broadcasting; errors name `what` (default: `op`)."""
+    what = what or op
+    ta, tb = _operands(what, (a, b))
+    shape = shapes.broadcast(what, ta.shape, tb.shape)
+    return Tensor(TExpr.binary(op, ta.expr, tb.expr), shape, ta.dtype)
+
+
+def _power(x: Tensor, n: int) -> Tensor:
+    """x ** n for n >= 1 by repeated squaring: x**n = (x*x)**(n // 2) * x**(n % 2)."""
+    if n == 1:
+        return x
+    half = _power(x * x, n // 2)
+    return half * x if n % 2 else half
+
+
+def _reshape(x: Tensor, shape: Shape) -> Tensor:
+    """`x` reshaped to `shape` (no -1); `x` itself when the shape is unchanged."""
+    shape = shapes.reshape(x.shape, shape)
+    if shape == x.shape:
+        return x
+    return Tensor(TExpr.reshape(x.expr, shape), shape, x.dtype)
+
+
+def _broadcast_to(x: Tensor, shape: Shape) -> Tensor:
+    """`x` broadcast to `shape`; `x` itself when the shape is unchanged."""
+    if shape == x.shape:
+        return x
+    return Tensor(TExpr.broadcast(x.expr, shapes.broadcast_to(x.shape, shape)), shape, x.dtype)
+
+
+def _reduce(op: str, x: Tensor, axis: Axes, keepdims: bool) -> Tensor:
+    """Reduce one axis at a time, highest first, so the lower axis numbers stay valid."""
+    if axis is None:
+        axes = tuple(range(x.ndim))
+    elif isinstance(axis, tuple):
+        axes = tuple(shapes.normalize_axis(op, a, x.shape) for a in axis)
+        if len(set(axes)) != len(axes):
+            raise ShapeError(f"{op}: duplicate axes {axis} for shape {x.shape}")
+    else:
+        axes = (shapes.normalize_axis(op, axis, x.shape),)
+    result = x
+    for ax in sorted(axes, reverse=True):
+        shape = shapes.reduce(op, result.shape, ax)
+        result = Tensor(TExpr.reduce(op, ax, result.expr), shape, x.dtype)
+    if keepdims:
+        kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+        result = _reshape(result, kept)
+    return result
+
+
+def _short_form(expr: TExpr) -> str:
+    """The outermost constructor with its literal arguments; sub-tensors shown as `...`."""
+    args = get_callable_args(expr)
+    shown = ", ".join("..." if isinstance(a, TExpr) else repr(to_term(a)) for a in args)
+    return f"{get_callable_fn(expr)}({shown})"
+
+
+# ------------------------------------------------------------ module functions
+
+
+def exp(x: Tensor) -> Tensor:
+    """Elementwise e**x."""
+    return _unary("exp", x)
+
+
+def log(x: Tensor) -> Tensor:
+    """Elementwise natural logarithm."""
+    return _unary("log", x)
+
+
+def sqrt(x: Tensor) -> Tensor:
+    """Elementwise square root."""
+    return _unary("sqrt", x)
+
+
+def tanh(x: Tensor) -> Tensor:
+    """Elementwise hyperbolic tangent."""
+    return _unary("tanh", x)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    """Elementwise 1 / (1 + exp(-x))."""
+    return _unary("sigmoid", x)
+
+
+def relu(x: Tensor) -> Tensor:
+    """Elementwise max(x, 0)."""
+    return _unary("relu", x)
+
+
+def abs(x: Tensor) -> Tensor:
+    """Elementwise absolute value."""
+    return _unary("abs", x)
+
+
+def maximum(a: Tensor | float, b: Tensor | float) -> Tensor:
+    """Elementwise maximum with broadcasting; one side may be a scalar."""
+    return _binary("max", a, b, "maximum")
+
+
+def minimum(a: Tensor | float, b: Tensor | float) -> Tensor:
+    """Elementwise minimum with broadcasting; one side may be a scalar."""
+    return _binary("min", a, b, "minimum")
+
+
+def where(cond: Tensor | float, a: Tensor | float, b: Tensor | float) -> Tensor:
+    """`a` where `cond` is nonzero, else `b`; all three broadcast.
+
+    It requires: at least one of them is a Tensor; the Tensors share one dtype.
+    """
+    tc, ta, tb = _operands("where", (cond, a, b))
+    shape = shapes.broadcast("where", tc.shape, ta.shape, tb.shape)
+    return Tensor(TExpr.where(tc.expr, ta.expr, tb.expr), shape, tc.dtype)
+
+
+def sum(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """Sum over `axis`: None (all axes), an int, or a tuple of ints."""
+    return _require(x, "sum").sum(axis, keepdims)
+
+
+def max(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """Maximum over `axis`: None (all axes), an int, or a tuple of ints."""
+    return _require(x, "max").max(axis, keepdims)
+
+
+def mean(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """Mean over `axis`: None (all axes), an int, or a tuple of ints."""
+    return _require(x, "mean").mean(axis, keepdims)
+
+
+def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
+    """numpy.transpose: permute the axes by `axes`; None reverses them."""
+    return _require(x, "transpose").transpose(axes)
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """numpy.matmul: (..., m, k) @ (..., k, n) with broadcast batch dims.
+
+    It requires: both ranks >= 1; equal contraction dims. A 1-D `a` is a row (1, k) and a 1-D
+    `b` a column (k, 1), and that dim is removed from the result. Operands whose batch dims must
+    grow get a `TExpr.broadcast` node, so `TExpr.matmul` always sees equal batch dims.
+    """
+    a = _require(a, "matmul")
+    b = _require(b, "matmul")
+    dtype = _common_dtype("matmul", (a, b))
+    if not a.ndim or not b.ndim:
+        raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} need rank >= 1")
+    k_a, k_b = a.shape[-1], b.shape[0 if b.ndim == 1 else -2]
+    if k_a != k_b:
+        raise ShapeError(
+            f"matmul: shapes {a.shape} and {b.shape} are incompatible ({k_a} != {k_b})"
+        )
+    a2 = _reshape(a, (1, *a.shape)) if a.ndim == 1 else a
+    b2 = _reshape(b, (*b.shape, 1)) if b.ndim == 1 else b
+    shape = shapes.matmul(a2.shape, b2.shape)
+    batch = shape[:-2]
+    a3 = _broadcast_to(a2, batch + a2.shape[-2:])
+    b3 = _broadcast_to(b2, batch + b2.shape[-2:])
+    result = Tensor(TExpr.matmul(a3.expr, b3.expr), shape, dtype)
+    if a.ndim == 1:
+        shape = shape[:-2] + shape[-1:]
+    if b.ndim == 1:
+        shape = shape[:-1]
+    return _reshape(result, shape)
+
+
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """exp(x - max) / sum(exp(x - max)) over one axis (max subtracted for stability)."""
+    x = _require(x, "softmax")
+    axis = shapes.normalize_axis("softmax", axis, x.shape)
+    e = exp(x - x.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+def gelu(x: Tensor) -> Tensor:
+    """The tanh form: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))."""
+    x = _require(x, "gelu")
+    inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)
+    return 0.5 * x * (1.0 + tanh(inner))
+
+
+def layernorm(
+    x: Tensor,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    axis: int = -1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """(x - mean) / sqrt(var + eps) over one axis, then `* weight` and `+ bias` when given.
+
+    It requires: `weight` and `bias` (Tensors) broadcast against `x`.
+    """
+    x = _require(x, "layernorm")
+    axis = shapes.normalize_axis("layernorm", axis, x.shape)
+    centered = x - x.mean(axis, keepdims=True)
+    variance = (centered**2).mean(axis, keepdims=True)
+    out = centered / sqrt(variance + eps)
+    if weight is not None:
+        out = _binary("mul", out, _require(weight, "layernorm"), "layernorm")
+    if bias is not None:
+        out = _binary("add", out, _require(bias, "layernorm"), "layernorm")
+    return out

@@ -1,0 +1,116 @@
+"""Readable forms of terms: tensor terms as expressions, loop terms as pseudo-code."""
+
+from __future__ import annotations
+
+from eqsat.interp import axis_extent
+from eqsat.terms import Term, index_items
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">",
+          "ge": ">=", "eq": "==", "ne": "!="}
+
+
+def format_tensor(t: Term) -> str:
+    """`relu(x @ W + b)`-style text of a tensor term."""
+    a = t.args
+    sub = [format_tensor(x) if isinstance(x, Term) else str(x) for x in a]
+    match t.op:
+        case "TExpr.input":
+            return str(a[0])
+        case "TExpr.const":
+            return f"{a[0]:g}"  # type: ignore[str-format]
+        case "TExpr.unary":
+            return f"-{sub[1]}" if a[0] == "neg" else f"{a[0]}({sub[1]})"
+        case "TExpr.binary":
+            if a[0] in _INFIX:
+                return f"({sub[1]} {_INFIX[str(a[0])]} {sub[2]})"
+            return f"{a[0]}imum({sub[1]}, {sub[2]})"
+        case "TExpr.where":
+            return f"where({sub[0]}, {sub[1]}, {sub[2]})"
+        case "TExpr.reduce":
+            return f"{a[0]}({sub[2]}, axis={a[1]})"
+        case "TExpr.matmul":
+            return f"({sub[0]} @ {sub[1]})"
+        case "TExpr.transpose":
+            return f"transpose({sub[0]}, {a[1]})"
+        case "TExpr.broadcast":
+            return f"broadcast_to({sub[0]}, {a[1]})"
+        case "TExpr.reshape":
+            return f"reshape({sub[0]}, {a[1]})"
+    return str(t)
+
+
+def _axis_name(axis: Term) -> str:
+    if axis.op == "Axis.named":
+        return str(axis.args[0])
+    parent = axis.args[0]
+    assert isinstance(parent, Term)
+    half = "outer" if axis.op == "Axis.outer" else "inner"
+    return f"{_axis_name(parent)}.{half}({axis.args[1]})"
+
+
+def _index(t: Term) -> str:
+    a = t.args
+    match t.op:
+        case "Index.axis":
+            return _axis_name(a[0])  # type: ignore[arg-type]
+        case "Index.const":
+            return str(a[0])
+        case "Index.add":
+            return f"{_index(a[0])} + {_index(a[1])}"  # type: ignore[arg-type]
+        case "Index.scale":
+            return f"{_index(a[0])}*{a[1]}"  # type: ignore[arg-type]
+        case "Index.div":
+            return f"({_index(a[0])}) // {a[1]}"  # type: ignore[arg-type]
+        case "Index.mod":
+            return f"({_index(a[0])}) % {a[1]}"  # type: ignore[arg-type]
+    return str(t)
+
+
+def _element(buffer: object, index_list: object) -> str:
+    assert isinstance(index_list, Term)
+    return f"{buffer}[{', '.join(_index(i) for i in index_items(index_list))}]"
+
+
+def format_scalar(t: Term) -> str:
+    a = t.args
+    match t.op:
+        case "Scalar.load":
+            return _element(a[0], a[1])
+        case "Scalar.const":
+            return f"{a[0]:g}"  # type: ignore[str-format]
+        case "Scalar.unary":
+            return f"{a[0]}({format_scalar(a[1])})"  # type: ignore[arg-type]
+        case "Scalar.binary":
+            x, y = format_scalar(a[1]), format_scalar(a[2])  # type: ignore[arg-type]
+            op = str(a[0])
+            return f"({x} {_INFIX[op]} {y})" if op in _INFIX else f"{op}({x}, {y})"
+        case "Scalar.where":
+            c, x, y = (format_scalar(v) for v in a)  # type: ignore[arg-type]
+            return f"({x} if {c} else {y})"
+    return str(t)
+
+
+def format_loops(t: Term, depth: int = 0) -> str:
+    """Pseudo-code of a statement, one line per loop or assignment."""
+    pad = "  " * depth
+    a = t.args
+    match t.op:
+        case "Stmt.loop":
+            axis, kind, body = a
+            assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body, Term)
+            mark = {"LoopKind.serial": "", "LoopKind.parallel": " parallel",
+                    "LoopKind.vector": f" vector({kind.args[0] if kind.args else ''})",
+                    "LoopKind.unroll": f" unroll({kind.args[0] if kind.args else ''})"}[kind.op]
+            head = f"{pad}for {_axis_name(axis)} in 0..{axis_extent(axis)}{mark}:"
+            return head + "\n" + format_loops(body, depth + 1)
+        case "Stmt.seq":
+            return format_loops(a[0], depth) + "\n" + format_loops(a[1], depth)  # type: ignore
+        case "Stmt.store":
+            return f"{pad}{_element(a[0], a[1])} = {format_scalar(a[2])}"  # type: ignore
+        case "Stmt.accumulate":
+            op = "+=" if a[2] == "sum" else "max="
+            return f"{pad}{_element(a[0], a[1])} {op} {format_scalar(a[3])}"  # type: ignore
+        case "Stmt.alloc":
+            head = f"{pad}alloc {a[0]}{list(a[1])}:"  # type: ignore[call-overload]
+            return head + "\n" + format_loops(a[2], depth + 1)  # type: ignore[arg-type]
+    return pad + str(t)

@@ -1,0 +1,249 @@
+"""Analyses over loop terms: facts that add no program, saturated before the rules that read them.
+
+Facts (all conservative: a merge of two e-classes only ever widens them):
+- `writes(s)`, `reads(s)`: buffers a statement stores/accumulates into, and loads from;
+  `stores(s)`, `sums(s)`, `maxes(s)`: the buffers written by each kind of write.
+- `footprint(s, b)`: the one index list through which `s` touches buffer `b` (reads and writes),
+  or a `Footprint.join` of several when it touches `b` in more than one way.
+- `base_of(a, c)`: `c` is the named axis that axis `a` (a split of a split, maybe) walks.
+- `asks(s, c)`: `s` runs inside a loop over (a split of) `c`. The per-axis fact below is only
+  computed for these pairs, which keeps it finite.
+- `partitioned(s, c)`: buffers that `s` touches only through one index list holding plain `c`;
+  iterations with different values of `c` touch disjoint elements of them.
+
+The guards built from these facts are `independent` and `reorderable` at the bottom.
+"""
+
+from __future__ import annotations
+
+from egglog import (
+    Fact,
+    Set,
+    String,
+    Vec,
+    eq,
+    f64,
+    function,
+    i64,
+    relation,
+    rewrite,
+    rule,
+    ruleset,
+    set_,
+)
+
+from eqsat.terms import Axis, Footprint, Index, IndexList, LoopKind, Scalar, Stmt
+
+EMPTY = Set[String].empty()
+
+
+@function(merge=lambda old, new: old | new)
+def writes(s: Stmt) -> Set[String]: ...
+
+
+@function(merge=lambda old, new: old | new)
+def stores(s: Stmt) -> Set[String]: ...
+
+
+@function(merge=lambda old, new: old | new)
+def sums(s: Stmt) -> Set[String]: ...
+
+
+@function(merge=lambda old, new: old | new)
+def maxes(s: Stmt) -> Set[String]: ...
+
+
+@function(merge=lambda old, new: old | new)
+def reads(s: Stmt) -> Set[String]: ...
+
+
+@function(merge=lambda old, new: old | new)
+def loads(v: Scalar) -> Set[String]: ...
+
+
+@function(merge=lambda old, new: Footprint.join(old, new))
+def footprint(s: Stmt, buffer: String) -> Footprint: ...
+
+
+@function(merge=lambda old, new: Footprint.join(old, new))
+def scalar_footprint(v: Scalar, buffer: String) -> Footprint: ...
+
+
+@function(merge=lambda old, new: old | new)
+def partitioned(s: Stmt, axis: Axis) -> Set[String]: ...
+
+
+has_plain = relation("has_plain", IndexList, Axis)
+base_of = relation("base_of", Axis, Axis)
+asks = relation("asks", Stmt, Axis)
+
+analysis = ruleset(name="analysis")
+
+
+@analysis.register
+def _scalar_loads(
+    v: Scalar,
+    x: Scalar,
+    y: Scalar,
+    z: Scalar,
+    b: String,
+    op: String,
+    ix: IndexList,
+    value: f64,
+    s1: Set[String],
+    s2: Set[String],
+    s3: Set[String],
+    f1: Footprint,
+    f2: Footprint,
+    f3: Footprint,
+) -> object:
+    yield rule(eq(v).to(Scalar.load(b, ix))).then(
+        set_(loads(v)).to(Set(b)), set_(scalar_footprint(v, b)).to(Footprint.at(ix))
+    )
+    yield rule(eq(v).to(Scalar.const(value))).then(set_(loads(v)).to(EMPTY))
+    yield rule(eq(v).to(Scalar.unary(op, x)), eq(s1).to(loads(x))).then(set_(loads(v)).to(s1))
+    yield rule(eq(v).to(Scalar.binary(op, x, y)), eq(s1).to(loads(x)), eq(s2).to(loads(y))).then(
+        set_(loads(v)).to(s1 | s2)
+    )
+    yield rule(
+        eq(v).to(Scalar.where(x, y, z)),
+        eq(s1).to(loads(x)),
+        eq(s2).to(loads(y)),
+        eq(s3).to(loads(z)),
+    ).then(set_(loads(v)).to(s1 | s2 | s3))
+    # footprints flow up from every operand
+    yield rule(eq(v).to(Scalar.unary(op, x)), eq(f1).to(scalar_footprint(x, b))).then(
+        set_(scalar_footprint(v, b)).to(f1)
+    )
+    for operand in (x, y):
+        yield rule(eq(v).to(Scalar.binary(op, x, y)), eq(f1).to(scalar_footprint(operand, b))).then(
+            set_(scalar_footprint(v, b)).to(f1)
+        )
+    for operand in (x, y, z):
+        yield rule(eq(v).to(Scalar.where(x, y, z)), eq(f1).to(scalar_footprint(operand, b))).then(
+            set_(scalar_footprint(v, b)).to(f1)
+        )
+    del f2, f3
+
+
+@analysis.register
+def _statement_buffers(
+    s: Stmt,
+    x: Stmt,
+    y: Stmt,
+    v: Scalar,
+    a: Axis,
+    k: LoopKind,
+    b: String,
+    c: String,
+    ix: IndexList,
+    shape: Vec[i64],
+    f1: Footprint,
+    s1: Set[String],
+    s2: Set[String],
+    s3: Set[String],
+    s4: Set[String],
+    s5: Set[String],
+    t1: Set[String],
+    t2: Set[String],
+    t3: Set[String],
+    t4: Set[String],
+    t5: Set[String],
+) -> object:
+    yield rule(eq(s).to(Stmt.store(b, ix, v)), eq(s1).to(loads(v))).then(
+        set_(writes(s)).to(Set(b)),
+        set_(stores(s)).to(Set(b)),
+        set_(sums(s)).to(EMPTY),
+        set_(maxes(s)).to(EMPTY),
+        set_(reads(s)).to(s1),
+        set_(footprint(s, b)).to(Footprint.at(ix)),
+    )
+    for op, kind, other in (("sum", sums, maxes), ("max", maxes, sums)):
+        yield rule(eq(s).to(Stmt.accumulate(b, ix, op, v)), eq(s1).to(loads(v))).then(
+            set_(writes(s)).to(Set(b)),
+            set_(stores(s)).to(EMPTY),
+            set_(kind(s)).to(Set(b)),
+            set_(other(s)).to(EMPTY),
+            set_(reads(s)).to(s1),
+            set_(footprint(s, b)).to(Footprint.at(ix)),
+        )
+    for op in ("sum", "max"):
+        yield rule(eq(s).to(Stmt.accumulate(b, ix, op, v)), eq(f1).to(scalar_footprint(v, c))).then(
+            set_(footprint(s, c)).to(f1)
+        )
+    yield rule(eq(s).to(Stmt.store(b, ix, v)), eq(f1).to(scalar_footprint(v, c))).then(
+        set_(footprint(s, c)).to(f1)
+    )
+    facts = (writes, stores, sums, maxes, reads)
+    for wrapper in (Stmt.loop(a, k, x), Stmt.alloc(b, shape, x)):
+        yield rule(
+            eq(s).to(wrapper),
+            *(eq(t).to(f(x)) for t, f in zip((s1, s2, s3, s4, s5), facts, strict=True)),
+        ).then(*(set_(f(s)).to(t) for t, f in zip((s1, s2, s3, s4, s5), facts, strict=True)))
+        yield rule(eq(s).to(wrapper), eq(f1).to(footprint(x, c))).then(set_(footprint(s, c)).to(f1))
+    yield rule(
+        eq(s).to(Stmt.seq(x, y)),
+        *(eq(t).to(f(x)) for t, f in zip((s1, s2, s3, s4, s5), facts, strict=True)),
+        *(eq(t).to(f(y)) for t, f in zip((t1, t2, t3, t4, t5), facts, strict=True)),
+    ).then(
+        *(
+            set_(f(s)).to(p | q)
+            for p, q, f in zip((s1, s2, s3, s4, s5), (t1, t2, t3, t4, t5), facts, strict=True)
+        )
+    )
+    for part in (x, y):
+        yield rule(eq(s).to(Stmt.seq(x, y)), eq(f1).to(footprint(part, c))).then(
+            set_(footprint(s, c)).to(f1)
+        )
+
+
+@analysis.register
+def _axes(
+    s: Stmt,
+    x: Stmt,
+    y: Stmt,
+    a: Axis,
+    c: Axis,
+    k: LoopKind,
+    b: String,
+    t: i64,
+    n: String,
+    e: i64,
+    h: Index,
+    ix: IndexList,
+    tail: IndexList,
+    parent: Axis,
+    shape: Vec[i64],
+    fp: Footprint,
+) -> object:
+    yield rewrite(Footprint.join(fp, fp)).to(fp)
+    yield rule(eq(ix).to(IndexList.cons(Index.axis(a), tail))).then(has_plain(ix, a))
+    yield rule(eq(ix).to(IndexList.cons(h, tail)), has_plain(tail, a)).then(has_plain(ix, a))
+    yield rule(eq(a).to(Axis.named(n, e))).then(base_of(a, a))
+    yield rule(eq(a).to(Axis.outer(parent, t)), base_of(parent, c)).then(base_of(a, c))
+    yield rule(eq(a).to(Axis.inner(parent, t)), base_of(parent, c)).then(base_of(a, c))
+    # which statements run inside a loop over (a split of) c
+    yield rule(eq(s).to(Stmt.loop(a, k, x)), base_of(a, c)).then(asks(x, c))
+    yield rule(eq(s).to(Stmt.loop(a, k, x)), asks(s, c)).then(asks(x, c))
+    yield rule(eq(s).to(Stmt.alloc(b, shape, x)), asks(s, c)).then(asks(x, c))
+    yield rule(eq(s).to(Stmt.seq(x, y)), asks(s, c)).then(asks(x, c), asks(y, c))
+    # partitioned buffers
+    yield rule(asks(s, c)).then(set_(partitioned(s, c)).to(EMPTY))
+    yield rule(asks(s, c), eq(footprint(s, b)).to(Footprint.at(ix)), has_plain(ix, c)).then(
+        set_(partitioned(s, c)).to(Set(b))
+    )
+
+
+def independent(body: Stmt, base: Axis) -> list[Fact]:
+    """Guard: iterations of a loop over (a split of) `base` around `body` touch disjoint
+    elements of every buffer the body writes, so they may run in any order or in parallel."""
+    return [eq(writes(body) - partitioned(body, base)).to(EMPTY)]
+
+
+def reorderable(body: Stmt, base: Axis) -> list[Fact]:
+    """Guard: iterations over `base` may run in any order (not in parallel): every written
+    buffer is partitioned, or only accumulated with one op and never loaded or stored
+    (reassociating float sums is allowed, DESIGN §4)."""
+    commutative = ((sums(body) - maxes(body)) | (maxes(body) - sums(body))) - stores(body)
+    only_accumulated = commutative - reads(body)
+    return [eq(writes(body) - partitioned(body, base) - only_accumulated).to(EMPTY)]

@@ -1,0 +1,75 @@
+"""Fusion of sibling loops over the same axis: the producer-consumer and independent cases.
+
+Canonical lowering names axes by role and extent, so the init, accumulate and epilogue nests of a
+matmul, or the passes of a softmax, loop over the same axis terms: fusing them needs no renaming.
+(Inlining a producer into its consumer happens in the lowering for elementwise chains.)
+"""
+
+from __future__ import annotations
+
+from egglog import Fact, eq, rule, ruleset, var
+
+from eqsat.terms import Axis, LoopKind, Stmt
+from rewrites.analysis import EMPTY, asks, base_of, partitioned, reads, writes
+from rewrites.rule import Identity
+
+VARIABLES = {"a": Axis, "k": LoopKind, "first": Stmt, "second": Stmt, "rest": Stmt, "c": Axis}
+
+
+def fusable(a: Axis, first: Stmt, second: Stmt, c: Axis) -> list[Fact]:
+    """Guard: every buffer that one body writes and the other touches is touched by both only
+    through one index list holding plain `c`, so iteration i of `second` depends only on
+    iteration i of `first` (a neighbour's element, e.g. t[c+1], is refused)."""
+    both = Stmt.seq(first, second)
+    shared = (writes(first) & (writes(second) | reads(second))) | (writes(second) & reads(first))
+    return [base_of(a, c), eq(shared - partitioned(both, c)).to(EMPTY)]
+
+
+IDENTITIES = (
+    Identity(
+        "fuse-siblings",
+        "(for a: first); (for a: second) -> for a: (first; second)",
+        VARIABLES,
+        lhs=lambda a, k, first, second: Stmt.seq(Stmt.loop(a, k, first), Stmt.loop(a, k, second)),
+        rhs=lambda a, k, first, second: Stmt.loop(a, k, Stmt.seq(first, second)),
+        guard=fusable,
+        guard_text="shared buffers are touched at one index list holding plain a (fusable)",
+    ),
+    Identity(
+        "fuse-siblings-then",
+        "(for a: first); ((for a: second); rest) -> (for a: (first; second)); rest",
+        VARIABLES,
+        lhs=lambda a, k, first, second, rest: Stmt.seq(
+            Stmt.loop(a, k, first), Stmt.seq(Stmt.loop(a, k, second), rest)
+        ),
+        rhs=lambda a, k, first, second, rest: Stmt.seq(
+            Stmt.loop(a, k, Stmt.seq(first, second)), rest
+        ),
+        guard=fusable,
+        guard_text="as fuse-siblings",
+    ),
+)
+
+
+def fusion_candidates() -> object:
+    """Analysis rules: build `first; second` for every pair of sibling loops over one axis, so
+    the analyses can compute the footprint the fused body would have (adds no program)."""
+    rules = ruleset(name="fusion-candidates")
+    a, k, c = var("a", Axis), var("k", LoopKind), var("c", Axis)
+    first, second, rest = var("first", Stmt), var("second", Stmt), var("rest", Stmt)
+    for pattern in (
+        Stmt.seq(Stmt.loop(a, k, first), Stmt.loop(a, k, second)),
+        Stmt.seq(Stmt.loop(a, k, first), Stmt.seq(Stmt.loop(a, k, second), rest)),
+    ):
+        rules.register(
+            rule(eq(var("s", Stmt)).to(pattern), base_of(a, c)).then(
+                asks(Stmt.seq(first, second), c)
+            )
+        )
+    return rules
+
+
+def fusion_rules() -> object:
+    rules = ruleset(name="fusion")
+    rules.register(*(identity.egglog_rule() for identity in IDENTITIES))
+    return rules
