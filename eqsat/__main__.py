@@ -1,0 +1,36 @@
+"""`python -m eqsat demo`: compile an MLP layer and a row softmax, check them, time them.
+
+numpy is timed with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (this machine's environment sets
+them, which halves OpenBLAS's sgemm): the comparison is against the best numpy.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def _reexec_without_openblas_overrides() -> None:
+    """numpy reads these when it is first imported; restart the process without them."""
+    if any(var in os.environ for var in _OPENBLAS_VARS):
+        env = {k: v for k, v in os.environ.items() if k not in _OPENBLAS_VARS}
+        os.execve(sys.executable, [sys.executable, "-m", "eqsat", *sys.argv[1:]], env)
+
+
+def main(argv: list[str]) -> int:
+    commands = {"demo": "compile and time an MLP layer and a softmax"}
+    if len(argv) != 1 or argv[0] not in commands:
+        usage = "\n".join(f"  python -m eqsat {name:6} {text}" for name, text in commands.items())
+        print(f"usage:\n{usage}", file=sys.stderr)
+        return 2
+    _reexec_without_openblas_overrides()
+    from eqsat.demo import run_demo
+
+    run_demo()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
