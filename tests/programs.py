@@ -1,0 +1,102 @@
+"""Hypothesis strategies: random well-typed eqsat programs with numpy inputs to run them on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import strategies as st
+
+import eqsat
+
+# 17 and 33 exceed a 16-lane vector (masked tails); 1 exercises broadcasting.
+DIMS = st.sampled_from([1, 2, 3, 5, 17, 33])
+
+
+@dataclass
+class Program:
+    outputs: list[eqsat.Tensor]
+    inputs: dict[str, np.ndarray]
+    dtype: str
+
+
+@st.composite
+def programs(draw: st.DrawFn, max_ops: int = 4) -> Program:
+    """A random program over every op family: elementwise (with broadcasting), reductions,
+    matmul, transpose, reshape, where; values stay where exp/log/sqrt are finite."""
+    dtype = draw(st.sampled_from(["float32", "float64"]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    inputs: dict[str, np.ndarray] = {}
+
+    def new_input(shape: tuple[int, ...]) -> eqsat.Tensor:
+        name = f"v{len(inputs)}"
+        inputs[name] = rng.uniform(-2, 2, size=shape).astype(dtype)
+        return eqsat.tensor(name, shape, dtype)
+
+    rank = draw(st.integers(1, 3))
+    x = new_input(tuple(draw(DIMS) for _ in range(rank)))
+    for _ in range(draw(st.integers(1, max_ops))):
+        op = draw(st.sampled_from([
+            "unary", "binary", "broadcast-binary", "scalar", "reduce", "matmul",
+            "transpose", "where", "reshape", "softmax",
+        ]))
+        if op == "unary":
+            fn = draw(st.sampled_from(["exp", "log", "sqrt", "tanh", "sigmoid", "relu", "abs",
+                                       "neg"]))
+            bounded = eqsat.tanh(x)  # keeps exp and friends finite
+            x = {
+                "exp": lambda: eqsat.exp(bounded),
+                "log": lambda: eqsat.log(eqsat.abs(x) + 1.0),
+                "sqrt": lambda: eqsat.sqrt(eqsat.abs(x)),
+                "tanh": lambda: eqsat.tanh(x),
+                "sigmoid": lambda: eqsat.sigmoid(bounded),
+                "relu": lambda: eqsat.relu(x),
+                "abs": lambda: eqsat.abs(x),
+                "neg": lambda: -x,
+            }[fn]()
+        elif op in ("binary", "broadcast-binary"):
+            shape = x.shape
+            if op == "broadcast-binary":
+                shape = tuple(1 if draw(st.booleans()) else n for n in shape)[
+                    draw(st.integers(0, len(shape))):]
+            y = new_input(shape)
+            fn = draw(st.sampled_from(["+", "-", "*", "max", "min"]))
+            x = {"+": lambda: x + y, "-": lambda: y - x, "*": lambda: x * y,
+                 "max": lambda: eqsat.maximum(x, y), "min": lambda: eqsat.minimum(y, x)}[fn]()
+        elif op == "scalar":
+            c = draw(st.sampled_from([0.5, 2.0, -1.5]))
+            x = draw(st.sampled_from([lambda: x * c, lambda: c - x, lambda: x / c]))()
+        elif op == "reduce" and x.ndim >= 1:
+            axis = draw(st.integers(0, x.ndim - 1))
+            keepdims = draw(st.booleans())
+            fn = draw(st.sampled_from([eqsat.sum, eqsat.max, eqsat.mean]))
+            x = fn(x, axis=axis, keepdims=keepdims)
+        elif op == "matmul" and x.ndim >= 1:
+            w = new_input((x.shape[-1], draw(DIMS)))
+            x = x @ w
+        elif op == "transpose" and x.ndim >= 2:
+            x = x.T
+        elif op == "where":
+            y = new_input(x.shape)
+            x = eqsat.where(x > y, x, y * 0.5)
+        elif op == "reshape" and x.ndim >= 1:
+            x = x.reshape(-1)
+        elif op == "softmax" and x.ndim >= 1:
+            x = eqsat.softmax(x, axis=-1)
+    return Program([x], inputs, dtype)
+
+
+def reference(program: Program) -> list[np.ndarray]:
+    """The outputs computed by the interpreter in float64 (DESIGN §9's reference)."""
+    from eqsat.interp import evaluate
+    from eqsat.terms import to_term
+
+    wide = {name: value.astype(np.float64) for name, value in program.inputs.items()}
+    return [evaluate(to_term(out.expr), wide) for out in program.outputs]  # type: ignore[arg-type]
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
+    """DESIGN §9: rtol 1e-4, atol 1e-4*max(1, max|ref|) for float32 (1e-9 for float64)."""
+    tolerance = 1e-4 if dtype == "float32" else 1e-9
+    scale = max(1.0, float(np.max(np.abs(want)))) if want.size else 1.0
+    np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance * scale)

@@ -1,0 +1,87 @@
+"""End to end: random programs compiled to C agree with a float64 numpy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import eqsat
+from tests.programs import Program, assert_close, programs, reference
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs())
+def test_random_programs_match_numpy(program: Program) -> None:
+    kernel = eqsat.compile(program.outputs[0])
+    got = kernel(**program.inputs)
+    assert got.shape == program.outputs[0].shape
+    assert got.dtype == np.dtype(program.dtype)
+    assert_close(got, reference(program)[0], program.dtype)
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "scalar"])
+@settings(max_examples=8, deadline=None)
+@given(programs(max_ops=3))
+def test_every_isa_level_matches_numpy(isa: str, program: Program) -> None:
+    from extract.machine import host
+
+    if isa == "avx512" and host().isa != "avx512":
+        pytest.fail("this test suite expects an AVX-512 machine (the design card's machine)")
+    kernel = eqsat.compile(program.outputs[0], isa=isa)
+    assert_close(kernel(**program.inputs), reference(program)[0], program.dtype)
+
+
+def test_mlp_layer_matches_numpy_and_is_fused() -> None:
+    rng = np.random.default_rng(1)
+    x, W, b = eqsat.tensor("x", (37, 70)), eqsat.tensor("W", (70, 45)), eqsat.tensor("b", (45,))
+    kernel = eqsat.compile(eqsat.relu(x @ W + b))
+    xa, Wa, ba = (rng.standard_normal(s).astype(np.float32) for s in [(37, 70), (70, 45), (45,)])
+    assert_close(kernel(xa, Wa, ba), np.maximum(xa.astype(np.float64) @ Wa + ba, 0), "float32")
+    assert kernel.input_names == ("x", "W", "b")
+    nest = kernel.explain().split("loop nest:")[1]
+    # the epilogue runs inside the matmul's row loop: one top-level loop in the allocation
+    top_level = [line for line in nest.splitlines() if line.startswith("    for ")]
+    assert len(top_level) == 1, nest
+
+
+def test_several_outputs_return_a_tuple() -> None:
+    x = eqsat.tensor("x", (4, 6), "float64")
+    kernel = eqsat.compile([eqsat.exp(x), x.sum(axis=1)])
+    xa = np.linspace(-1, 1, 24).reshape(4, 6)
+    first, second = kernel(x=xa)
+    np.testing.assert_allclose(first, np.exp(xa), rtol=1e-12)
+    np.testing.assert_allclose(second, xa.sum(axis=1), rtol=1e-12)
+    single = eqsat.compile([x * 2.0])(xa)
+    assert isinstance(single, tuple) and len(single) == 1
+
+
+def test_scalar_output_and_input() -> None:
+    x = eqsat.tensor("x", (5, 3))
+    s = eqsat.tensor("s", ())
+    kernel = eqsat.compile((x * s).sum())
+    xa = np.arange(15, dtype=np.float32).reshape(5, 3)
+    got = kernel(x=xa, s=np.array(2.0, dtype=np.float32))
+    assert got.shape == ()
+    assert float(got) == pytest.approx(2 * xa.sum())
+
+
+def test_compile_refuses_non_tensors_and_one_name_with_two_shapes() -> None:
+    with pytest.raises(TypeError, match="Tensor"):
+        eqsat.compile(3.0)  # type: ignore[arg-type]
+    a, b = eqsat.tensor("x", (2, 3)), eqsat.tensor("x", (3, 2))
+    with pytest.raises(eqsat.ShapeError, match="'x'.*\\(2, 3\\).*\\(3, 2\\)"):
+        eqsat.compile(a.sum() + b.sum())
+
+
+def test_compile_error_names_command_stderr_and_kept_file(monkeypatch) -> None:
+    import eqsat.api
+
+    monkeypatch.setattr(eqsat.api, "emit", lambda *args, **kwargs: "this is not C;\n")
+    with pytest.raises(eqsat.CompileError) as caught:
+        eqsat.compile(eqsat.tensor("x", (3,)) * 2.0)
+    error = caught.value
+    assert "gcc" in error.command[0]
+    assert "error" in error.stderr
+    with open(error.c_path) as kept:
+        assert kept.read() == "this is not C;\n"
