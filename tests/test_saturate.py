@@ -1,0 +1,70 @@
+"""The driver enforces every limit, reports why it stopped, and a limited run is still correct."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from egglog import EGraph, unstable_combine_rulesets
+
+import eqsat
+from eqsat.saturate import Limits, saturate, term_nodes
+from eqsat.terms import to_egglog, to_term
+from rewrites.algebra import algebra_rules
+from rewrites.analysis import analysis
+from rewrites.fusion import fusion_candidates
+from rewrites.interchange import interchange_rules
+from rewrites.lowering import lower
+from rewrites.tiling import tiling_rules
+
+
+def matmul_egraph() -> tuple[EGraph, object]:
+    x, w = eqsat.tensor("x", (64, 64)), eqsat.tensor("w", (64, 64))
+    program = lower([to_term((x @ w).expr)])  # type: ignore[list-item]
+    egraph = EGraph()
+    egraph.let("kernel", to_egglog(program.body))
+    facts = unstable_combine_rulesets(analysis, fusion_candidates(), name="facts")
+    step = facts.saturate() + unstable_combine_rulesets(
+        interchange_rules(), tiling_rules([2, 4, 8]), name="rules")
+    return egraph, step
+
+
+def test_node_limit_stops_within_one_step() -> None:
+    egraph, step = matmul_egraph()
+    unlimited, step_again = matmul_egraph()
+    one_step = saturate(unlimited, step_again, Limits(iterations=1), "probe")
+    limit = one_step.nodes + 1  # reached during the second step
+    report = saturate(egraph, step, Limits(nodes=limit), "loops")
+    assert report.stop_reason == "node limit"
+    assert report.nodes >= limit
+    assert report.iterations == 2  # stopped right after the step that crossed the limit
+
+
+def test_iteration_and_time_limits() -> None:
+    egraph, step = matmul_egraph()
+    report = saturate(egraph, step, Limits(iterations=2), "loops")
+    assert (report.stop_reason, report.iterations) == ("iteration limit", 2)
+    egraph, step = matmul_egraph()
+    report = saturate(egraph, step, Limits(seconds=0.0), "loops")
+    assert (report.stop_reason, report.iterations) == ("time limit", 0)
+
+
+def test_saturation_is_reported_with_rule_counts() -> None:
+    a, b = eqsat.tensor("a", (3, 3)), eqsat.tensor("b", (3, 3))
+    egraph = EGraph()
+    egraph.let("root", to_egglog(to_term(((a + b) * 1.0).expr)))
+    report = saturate(egraph, algebra_rules(), Limits(), "algebra")
+    assert report.stop_reason == "saturated"
+    assert report.matches["mul-one"] >= 1 and report.matches["add-comm"] >= 1
+    assert report.nodes == term_nodes(egraph) > 0
+    assert "saturated" in report.summary() and "mul-one" in report.summary()
+
+
+@pytest.mark.parametrize("limits", [Limits(nodes=10), Limits(iterations=1), Limits(seconds=0.0)])
+def test_a_limited_compile_is_still_correct_and_says_why(limits: Limits) -> None:
+    x, w, b = eqsat.tensor("x", (8, 12)), eqsat.tensor("w", (12, 5)), eqsat.tensor("b", (5,))
+    kernel = eqsat.compile(eqsat.relu(x @ w + b), limits=limits)
+    rng = np.random.default_rng(0)
+    xa, wa, ba = (rng.standard_normal(s).astype(np.float32) for s in [(8, 12), (12, 5), (5,)])
+    np.testing.assert_allclose(kernel(xa, wa, ba), np.maximum(xa @ wa + ba, 0), rtol=1e-4,
+                               atol=1e-4)
+    assert "limit" in kernel.explain()
