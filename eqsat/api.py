@@ -1,7 +1,7 @@
 """The public pipeline, top to bottom: frontend -> algebra -> lowering -> loops -> extract -> C.
 
-    kernel = eqsat.compile(eqsat.relu(x @ W + b))   # -> eqsat.Kernel
-    best = eqsat.optimize(y)                         # the same stages without building C
+kernel = eqsat.compile(eqsat.relu(x @ W + b))   # -> eqsat.Kernel
+best = eqsat.optimize(y)                         # the same stages without building C
 """
 
 from __future__ import annotations
@@ -164,8 +164,10 @@ def compile(  # noqa: A001 - the public name is part of the stable API (DESIGN Â
     best = optimize(outputs, limits=limits, machine=machine)
     program = best.program
     source = emit(program, machine.isa, SYMBOL)
-    cdef = prototype(SYMBOL, len(program.inputs), len(program.outputs), program.dtype,
-                     for_cdef=True) + ";"
+    cdef = (
+        prototype(SYMBOL, len(program.inputs), len(program.outputs), program.dtype, for_cdef=True)
+        + ";"
+    )
     library = build_library(source, cdef, GCC_FLAGS[machine.isa])
     return Kernel(
         library,

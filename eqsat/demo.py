@@ -22,8 +22,13 @@ def median_seconds(fn: Callable[[], object], repeats: int = 15) -> float:
     return statistics.median(times)
 
 
-def _show(title: str, kernel: eqsat.Kernel, ours: Callable[[], np.ndarray],
-          theirs: Callable[[], np.ndarray], compile_seconds: float) -> None:
+def _show(
+    title: str,
+    kernel: eqsat.Kernel,
+    ours: Callable[[], np.ndarray],
+    theirs: Callable[[], np.ndarray],
+    compile_seconds: float,
+) -> None:
     got, want = ours(), theirs()
     error = float(np.max(np.abs(got - want)))
     scale = max(1.0, float(np.max(np.abs(want))))
@@ -36,22 +41,32 @@ def _show(title: str, kernel: eqsat.Kernel, ours: Callable[[], np.ndarray],
     print("\n".join("  " + line.strip()[:110] for line in c_lines[:6]))
     t_eqsat, t_numpy = median_seconds(ours), median_seconds(theirs)
     print(f"check against numpy: max |error| = {error:.2e}  {status}")
-    print(f"median time: eqsat {t_eqsat * 1e3:.3f} ms, numpy {t_numpy * 1e3:.3f} ms, "
-          f"numpy/eqsat = {t_numpy / t_eqsat:.2f}x\n")
+    print(
+        f"median time: eqsat {t_eqsat * 1e3:.3f} ms, numpy {t_numpy * 1e3:.3f} ms, "
+        f"numpy/eqsat = {t_numpy / t_eqsat:.2f}x\n"
+    )
 
 
 def run_demo() -> None:
     rng = np.random.default_rng(0)
-    x, W, b = eqsat.tensor("x", (256, 1024)), eqsat.tensor("W", (1024, 512)), eqsat.tensor(
-        "b", (512,))
+    x, W, b = (
+        eqsat.tensor("x", (256, 1024)),
+        eqsat.tensor("W", (1024, 512)),
+        eqsat.tensor("b", (512,)),
+    )
     start = time.perf_counter()
     mlp = eqsat.compile(eqsat.relu(x @ W + b))
     mlp_seconds = time.perf_counter() - start
     xa = rng.standard_normal((256, 1024), dtype=np.float32)
     Wa = rng.standard_normal((1024, 512), dtype=np.float32)
     ba = rng.standard_normal(512, dtype=np.float32)
-    _show("MLP layer relu(x @ W + b), 256x1024 @ 1024x512", mlp,
-          lambda: mlp(x=xa, W=Wa, b=ba), lambda: np.maximum(xa @ Wa + ba, 0), mlp_seconds)
+    _show(
+        "MLP layer relu(x @ W + b), 256x1024 @ 1024x512",
+        mlp,
+        lambda: mlp(x=xa, W=Wa, b=ba),
+        lambda: np.maximum(xa @ Wa + ba, 0),
+        mlp_seconds,
+    )
 
     s = eqsat.tensor("s", (1024, 1024))
     start = time.perf_counter()
@@ -64,5 +79,7 @@ def run_demo() -> None:
         return e / e.sum(axis=1, keepdims=True)
 
     _show("row softmax, 1024x1024", softmax, lambda: softmax(sa), numpy_softmax, softmax_seconds)
-    print("threads: eqsat uses OpenMP on the loops it marks parallel; numpy uses OpenBLAS's "
-          "default thread count (unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE).")
+    print(
+        "threads: eqsat uses OpenMP on the loops it marks parallel; numpy uses OpenBLAS's "
+        "default thread count (unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE)."
+    )

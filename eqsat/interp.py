@@ -67,8 +67,9 @@ def evaluate(term: Term, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
         return ev(term)
 
 
-def _eval_node(t: Term, ev: Callable[[Arg], Any], inputs: Mapping[str, np.ndarray],
-               dtype: np.dtype) -> Any:
+def _eval_node(
+    t: Term, ev: Callable[[Arg], Any], inputs: Mapping[str, np.ndarray], dtype: np.dtype
+) -> Any:
     a = t.args
     match t.op:
         case "TExpr.input":
@@ -207,8 +208,9 @@ def axis_extent(axis: Term) -> int:
     raise ValueError(f"not an axis: {axis.op}")
 
 
-def run(program: LoopProgram, inputs: Mapping[str, np.ndarray],
-        dtype: Any = None) -> list[np.ndarray]:
+def run(
+    program: LoopProgram, inputs: Mapping[str, np.ndarray], dtype: Any = None
+) -> list[np.ndarray]:
     """Execute a loop program on inputs keyed by user name; returns the outputs in order.
 
     `dtype` overrides the program's dtype (pass float64 for a reference run)."""

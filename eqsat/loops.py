@@ -71,5 +71,7 @@ def contains_parallel(statement: Term) -> bool:
         assert isinstance(kind, Term)
         if kind.op == "LoopKind.parallel":
             return True
-    return any(isinstance(a, Term) and a.op.startswith("Stmt.") and contains_parallel(a)
-               for a in statement.args)
+    return any(
+        isinstance(a, Term) and a.op.startswith("Stmt.") and contains_parallel(a)
+        for a in statement.args
+    )

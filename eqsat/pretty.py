@@ -5,8 +5,18 @@ from __future__ import annotations
 from eqsat.interp import axis_extent
 from eqsat.terms import Term, index_items
 
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">",
-          "ge": ">=", "eq": "==", "ne": "!="}
+_INFIX = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "div": "/",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "eq": "==",
+    "ne": "!=",
+}
 
 
 def format_tensor(t: Term) -> str:
@@ -98,9 +108,12 @@ def format_loops(t: Term, depth: int = 0) -> str:
         case "Stmt.loop":
             axis, kind, body = a
             assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body, Term)
-            mark = {"LoopKind.serial": "", "LoopKind.parallel": " parallel",
-                    "LoopKind.vector": f" vector({kind.args[0] if kind.args else ''})",
-                    "LoopKind.unroll": f" unroll({kind.args[0] if kind.args else ''})"}[kind.op]
+            mark = {
+                "LoopKind.serial": "",
+                "LoopKind.parallel": " parallel",
+                "LoopKind.vector": f" vector({kind.args[0] if kind.args else ''})",
+                "LoopKind.unroll": f" unroll({kind.args[0] if kind.args else ''})",
+            }[kind.op]
             head = f"{pad}for {_axis_name(axis)} in 0..{axis_extent(axis)}{mark}:"
             return head + "\n" + format_loops(body, depth + 1)
         case "Stmt.seq":

@@ -215,9 +215,7 @@ class Footprint(Expr):
         """Two different index lists: the statement touches the buffer in more than one way."""
 
 
-SORTS: tuple[type[Expr], ...] = (
-    TExpr, Axis, Index, IndexList, Scalar, LoopKind, Stmt, Footprint
-)
+SORTS: tuple[type[Expr], ...] = (TExpr, Axis, Index, IndexList, Scalar, LoopKind, Stmt, Footprint)
 
 # ---------------------------------------------------------------- read-back
 

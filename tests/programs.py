@@ -13,6 +13,27 @@ import eqsat
 DIMS = st.sampled_from([1, 2, 3, 5, 17, 33])
 
 
+# Unary ops on bounded or non-negative operands, so exp/log/sqrt stay finite.
+UNARY = {
+    "exp": lambda t: eqsat.exp(eqsat.tanh(t)),
+    "log": lambda t: eqsat.log(eqsat.abs(t) + 1.0),
+    "sqrt": lambda t: eqsat.sqrt(eqsat.abs(t)),
+    "tanh": eqsat.tanh,
+    "sigmoid": eqsat.sigmoid,
+    "relu": eqsat.relu,
+    "abs": eqsat.abs,
+    "neg": lambda t: -t,
+}
+BINARY = {
+    "add": lambda a, b: a + b,
+    "rsub": lambda a, b: b - a,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / (eqsat.abs(b) + 0.5) if isinstance(b, eqsat.Tensor) else a / b,
+    "max": eqsat.maximum,
+    "min": eqsat.minimum,
+}
+
+
 @dataclass
 class Program:
     outputs: list[eqsat.Tensor]
@@ -39,36 +60,34 @@ def programs(draw: st.DrawFn, max_ops: int = 4, dims: st.SearchStrategy[int] = D
     rank = draw(st.integers(1, 3))
     x = new_input(tuple(draw(dims) for _ in range(rank)))
     for _ in range(draw(st.integers(1, max_ops))):
-        op = draw(st.sampled_from([
-            "unary", "binary", "broadcast-binary", "scalar", "reduce", "matmul",
-            "transpose", "where", "reshape", "softmax",
-        ]))
+        op = draw(
+            st.sampled_from(
+                [
+                    "unary",
+                    "binary",
+                    "broadcast-binary",
+                    "scalar",
+                    "reduce",
+                    "matmul",
+                    "transpose",
+                    "where",
+                    "reshape",
+                    "softmax",
+                ]
+            )
+        )
         if op == "unary":
-            fn = draw(st.sampled_from(["exp", "log", "sqrt", "tanh", "sigmoid", "relu", "abs",
-                                       "neg"]))
-            bounded = eqsat.tanh(x)  # keeps exp and friends finite
-            x = {
-                "exp": lambda: eqsat.exp(bounded),
-                "log": lambda: eqsat.log(eqsat.abs(x) + 1.0),
-                "sqrt": lambda: eqsat.sqrt(eqsat.abs(x)),
-                "tanh": lambda: eqsat.tanh(x),
-                "sigmoid": lambda: eqsat.sigmoid(bounded),
-                "relu": lambda: eqsat.relu(x),
-                "abs": lambda: eqsat.abs(x),
-                "neg": lambda: -x,
-            }[fn]()
+            x = UNARY[draw(st.sampled_from(sorted(UNARY)))](x)
         elif op in ("binary", "broadcast-binary"):
             shape = x.shape
             if op == "broadcast-binary":
                 shape = tuple(1 if draw(st.booleans()) else n for n in shape)[
-                    draw(st.integers(0, len(shape))):]
-            y = new_input(shape)
-            fn = draw(st.sampled_from(["+", "-", "*", "max", "min"]))
-            x = {"+": lambda: x + y, "-": lambda: y - x, "*": lambda: x * y,
-                 "max": lambda: eqsat.maximum(x, y), "min": lambda: eqsat.minimum(y, x)}[fn]()
+                    draw(st.integers(0, len(shape))) :
+                ]
+            x = BINARY[draw(st.sampled_from(sorted(BINARY)))](x, new_input(shape))
         elif op == "scalar":
             c = draw(st.sampled_from([0.5, 2.0, -1.5]))
-            x = draw(st.sampled_from([lambda: x * c, lambda: c - x, lambda: x / c]))()
+            x = BINARY[draw(st.sampled_from(sorted(BINARY)))](x, c)
         elif op == "reduce" and x.ndim >= 1:
             axis = draw(st.integers(0, x.ndim - 1))
             keepdims = draw(st.booleans())

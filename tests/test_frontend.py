@@ -487,7 +487,7 @@ def test_unary_and_comparison_op_names() -> None:
         (x32 >= 1, "ge"),
         (x32 == 1, "eq"),
         (x32 != 1, "ne"),
-        (1 < x32, "gt"),
+        (x32 > 1, "gt"),
         (F.maximum(x32, 0), "max"),
         (F.minimum(x32, 0), "min"),
     ]:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from eqsat import shapes
 from eqsat.errors import ShapeError
 from eqsat.interp import evaluate, run
-from eqsat.terms import TExpr, Term, index_list, to_egglog, to_term
+from eqsat.terms import Term, TExpr, index_list, to_egglog, to_term
 from extract.extractor import SerializedGraph
 from rewrites.algebra import IDENTITIES as ALGEBRA
 from rewrites.analysis import analysis
@@ -38,7 +38,9 @@ SHAPES = st.sampled_from([0, 1, 2, 2, 2, 3]).flatmap(
 )
 
 
-def fires(identity: Identity, egraph: EGraph, lhs: object, rhs: object, facts: object = None) -> bool:
+def fires(
+    identity: Identity, egraph: EGraph, lhs: object, rhs: object, facts: object = None
+) -> bool:
     rules = ruleset(identity.egglog_rule(), name=f"only-{identity.name}")
     schedule = (facts.saturate() + rules) if facts is not None else rules
     egraph.run(schedule)
@@ -50,8 +52,9 @@ def fires(identity: Identity, egraph: EGraph, lhs: object, rhs: object, facts: o
 @given(data=st.data())
 def test_algebra_identity_is_sound(identity: Identity, data: st.DataObject) -> None:
     dtype = data.draw(st.sampled_from(["float32", "float64"]))
-    values = {name: TExpr.input(name, data.draw(SHAPES, label=name), dtype)
-              for name in identity.variables}
+    values = {
+        name: TExpr.input(name, data.draw(SHAPES, label=name), dtype) for name in identity.variables
+    }
     lhs, rhs = identity.call(identity.lhs, values), identity.call(identity.rhs, values)
     try:
         shape = shapes.infer(to_term(lhs))  # type: ignore[arg-type]
@@ -62,11 +65,15 @@ def test_algebra_identity_is_sound(identity: Identity, data: st.DataObject) -> N
     assert fires(identity, egraph, lhs, rhs), f"{identity.name} did not fire on {lhs}"
     assert shapes.infer(to_term(rhs)) == shape  # type: ignore[arg-type]
     rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
-    inputs = {name: rng.uniform(-2, 2, size=shapes.infer(to_term(v)))  # type: ignore[arg-type]
-              for name, v in values.items()}
+    inputs = {
+        name: rng.uniform(-2, 2, size=shapes.infer(to_term(v)))  # type: ignore[arg-type]
+        for name, v in values.items()
+    }
     np.testing.assert_allclose(
-        evaluate(to_term(rhs), inputs), evaluate(to_term(lhs), inputs),  # type: ignore[arg-type]
-        rtol=1e-9, atol=1e-9,
+        evaluate(to_term(rhs), inputs),
+        evaluate(to_term(lhs), inputs),  # type: ignore[arg-type]
+        rtol=1e-9,
+        atol=1e-9,
     )
 
 
@@ -82,8 +89,11 @@ def saturate_with(identity: Identity, body: Term, rounds: int = 4) -> tuple[Seri
     matches = 0
     for _ in range(rounds):
         report = egraph.run(facts.saturate() + rules)
-        matches += sum(n for r, n in report.num_matches_per_rule.items()
-                       if getattr(r, "name", None) == identity.name)
+        matches += sum(
+            n
+            for r, n in report.num_matches_per_rule.items()
+            if getattr(r, "name", None) == identity.name
+        )
     return SerializedGraph(egraph), matches
 
 
@@ -137,40 +147,78 @@ def applies(identity: Identity, body: Term) -> bool:
     return saturate_with(identity, body, rounds=2)[1] > 0
 
 
-I = axis("i", 4)
-J = axis("j", 4)
-REVERSED_I = Term("Index.add", (Term("Index.const", (3,)), Term("Index.scale", (plain(I), -1))))
+AXIS_I = axis("i", 4)
+AXIS_J = axis("j", 4)
+REVERSED_I = Term(
+    "Index.add", (Term("Index.const", (3,)), Term("Index.scale", (plain(AXIS_I), -1)))
+)
 
 
 def producer_consumer(consumer_index: Term) -> Term:
-    produce = loop(I, Term("Stmt.store", ("t0", at(plain(I)), load("in0", at(plain(I))))))
-    consume = loop(I, Term("Stmt.store", ("out0", at(plain(I)), load("t0", at(consumer_index)))))
+    produce = loop(
+        AXIS_I, Term("Stmt.store", ("t0", at(plain(AXIS_I)), load("in0", at(plain(AXIS_I)))))
+    )
+    consume = loop(
+        AXIS_I, Term("Stmt.store", ("out0", at(plain(AXIS_I)), load("t0", at(consumer_index))))
+    )
     return Term("Stmt.alloc", ("t0", (4,), Term("Stmt.seq", (produce, consume))))
 
 
 def test_fusion_fail_consumer_reads_a_neighbour() -> None:
-    assert applies(FUSION[0], producer_consumer(plain(I)))
+    assert applies(FUSION[0], producer_consumer(plain(AXIS_I)))
     assert not applies(FUSION[0], producer_consumer(REVERSED_I))
 
 
 def test_interchange_fail_order_dependent_body() -> None:
     # out0[0] = out0[0] * 0.5 + in0[i, j]: the result depends on the order of (i, j)
-    update = Term("Scalar.binary", ("add", Term("Scalar.binary", (
-        "mul", load("out0", at(Term("Index.const", (0,)))), Term("Scalar.const", (0.5,)))),
-        load("in0", at(plain(I), plain(J)))))
-    body = loop(I, loop(J, Term("Stmt.store", ("out0", at(Term("Index.const", (0,))), update))))
+    update = Term(
+        "Scalar.binary",
+        (
+            "add",
+            Term(
+                "Scalar.binary",
+                ("mul", load("out0", at(Term("Index.const", (0,)))), Term("Scalar.const", (0.5,))),
+            ),
+            load("in0", at(plain(AXIS_I), plain(AXIS_J))),
+        ),
+    )
+    body = loop(
+        AXIS_I, loop(AXIS_J, Term("Stmt.store", ("out0", at(Term("Index.const", (0,))), update)))
+    )
     assert not applies(INTERCHANGE[0], body)
-    independent = loop(I, loop(J, Term("Stmt.store", (
-        "out0", at(plain(I), plain(J)), load("in0", at(plain(J), plain(I)))))))
+    independent = loop(
+        AXIS_I,
+        loop(
+            AXIS_J,
+            Term(
+                "Stmt.store",
+                (
+                    "out0",
+                    at(plain(AXIS_I), plain(AXIS_J)),
+                    load("in0", at(plain(AXIS_J), plain(AXIS_I))),
+                ),
+            ),
+        ),
+    )
     assert applies(INTERCHANGE[0], independent)
 
 
 def test_vectorize_fail_strided_store() -> None:
     store_vector = annotate_identities(4, 2)[0]
-    strided = loop(I, Term("Stmt.store", ("out0", at(plain(I), Term("Index.const", (0,))),
-                                          Term("Scalar.const", (1.0,)))))
-    contiguous = loop(I, Term("Stmt.store", ("out0", at(Term("Index.const", (0,)), plain(I)),
-                                             Term("Scalar.const", (1.0,)))))
+    strided = loop(
+        AXIS_I,
+        Term(
+            "Stmt.store",
+            ("out0", at(plain(AXIS_I), Term("Index.const", (0,))), Term("Scalar.const", (1.0,))),
+        ),
+    )
+    contiguous = loop(
+        AXIS_I,
+        Term(
+            "Stmt.store",
+            ("out0", at(Term("Index.const", (0,)), plain(AXIS_I)), Term("Scalar.const", (1.0,))),
+        ),
+    )
     assert not applies(store_vector, strided)
     assert applies(store_vector, contiguous)
 
@@ -178,9 +226,14 @@ def test_vectorize_fail_strided_store() -> None:
 def test_parallelize_fail_reduction_across_iterations() -> None:
     parallel = annotate_identities(4, 2)[-1]
     assert parallel.name == "parallelize"
-    reduction = loop(I, Term("Stmt.accumulate", ("out0", at(), "sum", load("in0", at(plain(I))))))
+    reduction = loop(
+        AXIS_I, Term("Stmt.accumulate", ("out0", at(), "sum", load("in0", at(plain(AXIS_I)))))
+    )
     assert not applies(parallel, reduction)
-    rows = loop(I, Term("Stmt.accumulate", ("out0", at(plain(I)), "sum", load("in0", at(plain(I))))))
+    rows = loop(
+        AXIS_I,
+        Term("Stmt.accumulate", ("out0", at(plain(AXIS_I)), "sum", load("in0", at(plain(AXIS_I))))),
+    )
     assert applies(parallel, rows)
 
 

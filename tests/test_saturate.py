@@ -24,7 +24,8 @@ def matmul_egraph() -> tuple[EGraph, object]:
     egraph.let("kernel", to_egglog(program.body))
     facts = unstable_combine_rulesets(analysis, fusion_candidates(), name="facts")
     step = facts.saturate() + unstable_combine_rulesets(
-        interchange_rules(), tiling_rules([2, 4, 8]), name="rules")
+        interchange_rules(), tiling_rules([2, 4, 8]), name="rules"
+    )
     return egraph, step
 
 
@@ -65,6 +66,7 @@ def test_a_limited_compile_is_still_correct_and_says_why(limits: Limits) -> None
     kernel = eqsat.compile(eqsat.relu(x @ w + b), limits=limits)
     rng = np.random.default_rng(0)
     xa, wa, ba = (rng.standard_normal(s).astype(np.float32) for s in [(8, 12), (12, 5), (5,)])
-    np.testing.assert_allclose(kernel(xa, wa, ba), np.maximum(xa @ wa + ba, 0), rtol=1e-4,
-                               atol=1e-4)
+    np.testing.assert_allclose(
+        kernel(xa, wa, ba), np.maximum(xa @ wa + ba, 0), rtol=1e-4, atol=1e-4
+    )
     assert "limit" in kernel.explain()
