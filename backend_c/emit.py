@@ -279,8 +279,11 @@ class _Emitter:
         if horizontal:
             target_element = self.element(buffer, target)
             reduced = vector.reduce(op, "acc")
-            combined = (f"{target_element} + {reduced}" if op == "sum"
-                        else f"fmax{self.suffix}({target_element}, {reduced})")
+            combined = (
+                f"{target_element} + {reduced}"
+                if op == "sum"
+                else f"fmax{self.suffix}({target_element}, {reduced})"
+            )
             self.line(f"{target_element} = {combined};")
         if not vector.masked_tail and extent % lanes:
             self.line(f"for (; {var} < {extent}; ++{var}) {{")
@@ -305,7 +308,11 @@ def emit(program: LoopProgram, isa: str, symbol: str = "eqsat_kernel") -> str:
     ]
     if emitter.vector is not None:
         header += ["#include <immintrin.h>", "", emitter.vector.preamble()]
-    signature = prototype(_identifier(symbol), len(program.inputs), len(program.outputs),
-                          program.dtype, for_cdef=False)
+    signature = prototype(
+        _identifier(symbol),
+        len(program.inputs),
+        len(program.outputs),
+        program.dtype,
+        for_cdef=False,
+    )
     return "\n".join([*header, "", signature + " {", *emitter.lines, "}", ""])
-

@@ -84,8 +84,9 @@ class VectorIsa:
     def binary(self, op: str, a: str, b: str) -> str:
         if op in COMPARE_PREDICATES:
             return self.select(self.compare(op, a, b), self.broadcast("1"), self.broadcast("0"))
-        stem = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "max": "max",
-                "min": "min"}[op]
+        stem = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "max": "max", "min": "min"}[
+            op
+        ]
         return f"{self._fn(stem)}({a}, {b})"
 
     def compare(self, op: str, a: str, b: str) -> str:

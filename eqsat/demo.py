@@ -29,7 +29,7 @@ def _show(
     theirs: Callable[[], np.ndarray],
     compile_seconds: float,
 ) -> None:
-    got, want = ours(), theirs()
+    got, want = np.asarray(ours()), theirs()
     error = float(np.max(np.abs(got - want)))
     scale = max(1.0, float(np.max(np.abs(want))))
     status = "OK" if error <= 1e-4 * scale else "MISMATCH"

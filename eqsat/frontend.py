@@ -57,6 +57,7 @@ class Tensor:
     __hash__ = object.__hash__  # __eq__ builds a tensor, so hash by identity
 
     def __init__(self, expr: TExpr, shape: Shape, dtype: str) -> None:
+        """Internal: `shape` and `dtype` must be those of `expr` (the builders here check it)."""
         self.expr = expr
         self.shape = shape
         self.dtype = dtype
@@ -193,7 +194,7 @@ class Tensor:
 # ------------------------------------------------------------ building blocks
 
 
-def tensor(name: str, shape: Sequence[int], dtype: Any = "float32") -> Tensor:
+def tensor(name: str, shape: Sequence[int | np.integer[Any]], dtype: Any = "float32") -> Tensor:
     """A named input of the program.
 
     It requires: `name` a non-empty str; `shape` a tuple of ints >= 1 (() for a scalar);
@@ -263,8 +264,9 @@ def _full(value: float, shape: Shape, dtype: str) -> Tensor:
     return Tensor(expr, shape, dtype)
 
 
-def _unary(op: str, x: object, what: str | None = None) -> Tensor:
-    x = _require(x, what or op)
+def _unary(op: str, x: object) -> Tensor:
+    """Elementwise `op` in UNARY_OPS; a TypeError names `op` when `x` is not a Tensor."""
+    x = _require(x, op)
     return Tensor(TExpr.unary(op, x.expr), x.shape, x.dtype)
 
 

@@ -88,9 +88,9 @@ def _eval_node(
         case "TExpr.matmul":
             return np.matmul(ev(a[0]), ev(a[1]))
         case "TExpr.transpose":
-            return np.transpose(ev(a[0]), a[1])
+            return np.transpose(ev(a[0]), a[1])  # type: ignore[arg-type]
         case "TExpr.broadcast":
-            return np.broadcast_to(ev(a[0]), a[1])
+            return np.broadcast_to(ev(a[0]), a[1])  # type: ignore[arg-type]
         case "TExpr.reshape":
             return np.reshape(ev(a[0]), a[1])
     raise ValueError(f"not a tensor term: {t.op}")
@@ -149,7 +149,7 @@ class _Machine:
         a = t.args
         match t.op:
             case "Scalar.load":
-                return self.buffers[str(a[0])][self.element(a[1])]  # type: ignore[arg-type]
+                return self.buffers[str(a[0])][self.element(a[1])]  # type: ignore[arg-type,index]
             case "Scalar.const":
                 return self.dtype.type(a[0])
             case "Scalar.unary":

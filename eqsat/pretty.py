@@ -124,6 +124,6 @@ def format_loops(t: Term, depth: int = 0) -> str:
             op = "+=" if a[2] == "sum" else "max="
             return f"{pad}{_element(a[0], a[1])} {op} {format_scalar(a[3])}"  # type: ignore
         case "Stmt.alloc":
-            head = f"{pad}alloc {a[0]}{list(a[1])}:"  # type: ignore[call-overload]
+            head = f"{pad}alloc {a[0]}{list(a[1])}:"  # type: ignore[arg-type]
             return head + "\n" + format_loops(a[2], depth + 1)  # type: ignore[arg-type]
     return pad + str(t)

@@ -151,8 +151,8 @@ def reshape(shape: Shape, new_shape: Shape) -> Shape:
 def infer(term: Term) -> Shape:
     """The shape of a tensor term (a read-back `TExpr`); each shared sub-term is visited once.
 
-    It requires: `term` is built from the `TExpr` constructors; `TExpr.matmul` operands have
-    equal batch dims.
+    It requires: `term` is built from the `TExpr` constructors (ValueError otherwise), with
+    compatible shapes and equal batch dims for `TExpr.matmul` (ShapeError otherwise).
     """
     memo: dict[Term, Shape] = {}
 

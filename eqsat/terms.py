@@ -291,9 +291,10 @@ def index_items(index_list_term: Term) -> list[Term]:
     items = []
     node = index_list_term
     while node.op == "IndexList.cons":
-        head, node = node.args
-        assert isinstance(head, Term) and isinstance(node, Term)
+        head, tail = node.args
+        assert isinstance(head, Term) and isinstance(tail, Term)
         items.append(head)
+        node = tail
     return items
 
 

@@ -71,15 +71,17 @@ class LoopCost:
             case "Stmt.alloc":
                 shape = children[1]
                 assert isinstance(shape, tuple)
-                return own + math.prod(shape) / 16  # first touch of the pages
+                return own + math.prod(shape) / 16  # type: ignore[arg-type]  # first touch of the pages
         return own  # axes, indices, kinds, constants and seq cost nothing themselves
 
     def loop(self, children: Sequence[Arg], body_cost: float) -> float:
         axis, kind, body = children
         assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body, Term)
         iterations = axis_extent(axis)
-        if kind.op == "LoopKind.vector" and self.machine.isa != "scalar" and vectorizable(
-            axis, body
+        if (
+            kind.op == "LoopKind.vector"
+            and self.machine.isa != "scalar"
+            and vectorizable(axis, body)
         ):
             iterations = math.ceil(iterations / self.machine.lanes(self.dtype))
         cycles = iterations * (body_cost + LOOP_OVERHEAD)

@@ -40,8 +40,9 @@ class Machine:
             raise ValueError(f"unknown ISA {isa!r}; expected one of {ISA_LEVELS}")
         if ISA_LEVELS.index(isa) < ISA_LEVELS.index(self.isa):
             raise ValueError(f"this machine cannot run {isa} (it has {self.isa})")
-        return Machine(isa, self.cores, self.l1_bytes, self.l2_bytes, self.l3_bytes,
-                       self.line_bytes)
+        return Machine(
+            isa, self.cores, self.l1_bytes, self.l2_bytes, self.l3_bytes, self.line_bytes
+        )
 
 
 def cpu_flags() -> frozenset[str]:

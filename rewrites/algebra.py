@@ -6,7 +6,7 @@ side is well-shaped. The full rule set is the algebra issue's; these are its fir
 
 from __future__ import annotations
 
-from egglog import ruleset
+from egglog import Ruleset, ruleset
 
 from eqsat.terms import TExpr
 from rewrites.rule import Identity
@@ -62,7 +62,10 @@ IDENTITIES = (
     ),
     # unary
     Identity(
-        "neg-neg", "-(-x) -> x", X, lambda x: TExpr.unary("neg", TExpr.unary("neg", x)),
+        "neg-neg",
+        "-(-x) -> x",
+        X,
+        lambda x: TExpr.unary("neg", TExpr.unary("neg", x)),
         lambda x: x,
     ),
     Identity(
@@ -83,7 +86,7 @@ IDENTITIES = (
 )
 
 
-def algebra_rules() -> object:
+def algebra_rules() -> Ruleset:
     """The egglog ruleset of every identity above."""
     rules = ruleset(name="algebra")
     rules.register(*(identity.egglog_rule() for identity in IDENTITIES))

@@ -8,16 +8,18 @@ Facts (all conservative: a merge of two e-classes only ever widens them):
 - `base_of(a, c)`: `c` is the named axis that axis `a` (a split of a split, maybe) walks.
 - `asks(s, c)`: `s` runs inside a loop over (a split of) `c`. The per-axis fact below is only
   computed for these pairs, which keeps it finite.
-- `partitioned(s, c)`: buffers that `s` touches only through one index list holding plain `c`;
-  iterations with different values of `c` touch disjoint elements of them.
+- `mixed(s, c)`: buffers that `s` does NOT touch only through one index list holding plain `c`.
+  Every other buffer is partitioned by `c`: iterations with different values of `c` touch
+  disjoint elements of it.
 
 The guards built from these facts are `independent` and `reorderable` at the bottom.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from egglog import (
-    Fact,
     Set,
     String,
     Vec,
@@ -25,12 +27,14 @@ from egglog import (
     f64,
     function,
     i64,
+    ne,
     relation,
     rewrite,
     rule,
     ruleset,
     set_,
 )
+from egglog.egraph import FactLike, RewriteOrRule
 
 from eqsat.terms import Axis, Footprint, Index, IndexList, LoopKind, Scalar, Stmt
 
@@ -70,12 +74,13 @@ def scalar_footprint(v: Scalar, buffer: String) -> Footprint: ...
 
 
 @function(merge=lambda old, new: old | new)
-def partitioned(s: Stmt, axis: Axis) -> Set[String]: ...
+def mixed(s: Stmt, axis: Axis) -> Set[String]: ...
 
 
-has_plain = relation("has_plain", IndexList, Axis)
 base_of = relation("base_of", Axis, Axis)
 asks = relation("asks", Stmt, Axis)
+lacks_plain = relation("lacks_plain", IndexList, Axis)
+not_axis = relation("not_axis", Index, Axis)
 
 analysis = ruleset(name="analysis")
 
@@ -96,7 +101,7 @@ def _scalar_loads(
     f1: Footprint,
     f2: Footprint,
     f3: Footprint,
-) -> object:
+) -> Iterable[RewriteOrRule]:
     yield rule(eq(v).to(Scalar.load(b, ix))).then(
         set_(loads(v)).to(Set(b)), set_(scalar_footprint(v, b)).to(Footprint.at(ix))
     )
@@ -149,7 +154,7 @@ def _statement_buffers(
     t3: Set[String],
     t4: Set[String],
     t5: Set[String],
-) -> object:
+) -> Iterable[RewriteOrRule]:
     yield rule(eq(s).to(Stmt.store(b, ix, v)), eq(s1).to(loads(v))).then(
         set_(writes(s)).to(Set(b)),
         set_(stores(s)).to(Set(b)),
@@ -215,10 +220,13 @@ def _axes(
     parent: Axis,
     shape: Vec[i64],
     fp: Footprint,
-) -> object:
+    fp2: Footprint,
+    n2: String,
+    e2: i64,
+    h2: Index,
+    h3: Index,
+) -> Iterable[RewriteOrRule]:
     yield rewrite(Footprint.join(fp, fp)).to(fp)
-    yield rule(eq(ix).to(IndexList.cons(Index.axis(a), tail))).then(has_plain(ix, a))
-    yield rule(eq(ix).to(IndexList.cons(h, tail)), has_plain(tail, a)).then(has_plain(ix, a))
     yield rule(eq(a).to(Axis.named(n, e))).then(base_of(a, a))
     yield rule(eq(a).to(Axis.outer(parent, t)), base_of(parent, c)).then(base_of(a, c))
     yield rule(eq(a).to(Axis.inner(parent, t)), base_of(parent, c)).then(base_of(a, c))
@@ -227,23 +235,44 @@ def _axes(
     yield rule(eq(s).to(Stmt.loop(a, k, x)), asks(s, c)).then(asks(x, c))
     yield rule(eq(s).to(Stmt.alloc(b, shape, x)), asks(s, c)).then(asks(x, c))
     yield rule(eq(s).to(Stmt.seq(x, y)), asks(s, c)).then(asks(x, c), asks(y, c))
-    # partitioned buffers
-    yield rule(asks(s, c)).then(set_(partitioned(s, c)).to(EMPTY))
-    yield rule(asks(s, c), eq(footprint(s, b)).to(Footprint.at(ix)), has_plain(ix, c)).then(
-        set_(partitioned(s, c)).to(Set(b))
+    # Buffers NOT partitioned by c. Only this complement may be derived: a footprint can
+    # still widen into a join later in the same saturation, and a derived set never shrinks.
+    yield rule(asks(s, c)).then(set_(mixed(s, c)).to(EMPTY))
+    yield rule(asks(s, c), eq(footprint(s, b)).to(Footprint.join(fp, fp2))).then(
+        set_(mixed(s, c)).to(Set(b))
     )
+    yield rule(asks(s, c), eq(footprint(s, b)).to(Footprint.at(ix)), lacks_plain(ix, c)).then(
+        set_(mixed(s, c)).to(Set(b))
+    )
+    named = Axis.named(n, e)
+    yield rule(eq(c).to(named)).then(lacks_plain(IndexList.nil(), c))
+    yield rule(eq(ix).to(IndexList.cons(h, tail)), lacks_plain(tail, c), not_axis(h, c)).then(
+        lacks_plain(ix, c)
+    )
+    for other in (
+        Index.const(t),
+        Index.add(h, h2),
+        Index.scale(h, t),
+        Index.div(h, t),
+        Index.mod(h, t),
+    ):
+        yield rule(eq(h3).to(other), eq(c).to(named)).then(not_axis(h3, c))
+    for differs in (ne(n).to(n2), ne(e).to(e2)):
+        yield rule(eq(h).to(Index.axis(Axis.named(n2, e2))), eq(c).to(named), differs).then(
+            not_axis(h, c)
+        )
 
 
-def independent(body: Stmt, base: Axis) -> list[Fact]:
+def independent(body: Stmt, base: Axis) -> list[FactLike]:
     """Guard: iterations of a loop over (a split of) `base` around `body` touch disjoint
     elements of every buffer the body writes, so they may run in any order or in parallel."""
-    return [eq(writes(body) - partitioned(body, base)).to(EMPTY)]
+    return [eq(writes(body) & mixed(body, base)).to(EMPTY)]
 
 
-def reorderable(body: Stmt, base: Axis) -> list[Fact]:
+def reorderable(body: Stmt, base: Axis) -> list[FactLike]:
     """Guard: iterations over `base` may run in any order (not in parallel): every written
     buffer is partitioned, or only accumulated with one op and never loaded or stored
     (reassociating float sums is allowed, DESIGN §4)."""
     commutative = ((sums(body) - maxes(body)) | (maxes(body) - sums(body))) - stores(body)
     only_accumulated = commutative - reads(body)
-    return [eq(writes(body) - partitioned(body, base) - only_accumulated).to(EMPTY)]
+    return [eq((writes(body) & mixed(body, base)) - only_accumulated).to(EMPTY)]

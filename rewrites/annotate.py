@@ -11,7 +11,10 @@ The guards keep annotations to loops where they are legal and can pay off:
 
 from __future__ import annotations
 
-from egglog import String, eq, i64, relation, rule, ruleset
+from collections.abc import Iterable
+
+from egglog import Ruleset, String, eq, i64, relation, rule, ruleset
+from egglog.egraph import RewriteOrRule
 
 from eqsat.terms import Axis, Index, IndexList, LoopKind, Scalar, Stmt
 from rewrites.analysis import analysis, base_of, independent
@@ -26,7 +29,7 @@ unit_stride = relation("unit_stride", Axis, Axis)  # a loop over a walks c with 
 @analysis.register
 def _vector_facts(
     ix: IndexList, tail: IndexList, head: Index, a: Axis, name: String, extent: i64, tile: i64
-) -> object:
+) -> Iterable[RewriteOrRule]:
     yield rule(eq(ix).to(IndexList.cons(Index.axis(a), IndexList.nil()))).then(ends_with(ix, a))
     yield rule(eq(ix).to(IndexList.cons(head, tail)), ends_with(tail, a)).then(ends_with(ix, a))
     named = Axis.named(name, extent)
@@ -80,7 +83,7 @@ def annotate_identities(width: int, cores: int) -> tuple[Identity, ...]:
     return vector_identities(width) + ((PARALLEL,) if cores > 1 else ())
 
 
-def annotate_rules(width: int, cores: int) -> object:
+def annotate_rules(width: int, cores: int) -> Ruleset:
     rules = ruleset(name="annotate")
     rules.register(*(identity.egglog_rule() for identity in annotate_identities(width, cores)))
     return rules

@@ -7,22 +7,23 @@ matmul, or the passes of a softmax, loop over the same axis terms: fusing them n
 
 from __future__ import annotations
 
-from egglog import Fact, eq, rule, ruleset, var
+from egglog import Ruleset, eq, rule, ruleset, var
+from egglog.egraph import FactLike
 
 from eqsat.terms import Axis, LoopKind, Stmt
-from rewrites.analysis import EMPTY, asks, base_of, partitioned, reads, writes
+from rewrites.analysis import EMPTY, asks, base_of, mixed, reads, writes
 from rewrites.rule import Identity
 
 VARIABLES = {"a": Axis, "k": LoopKind, "first": Stmt, "second": Stmt, "rest": Stmt, "c": Axis}
 
 
-def fusable(a: Axis, first: Stmt, second: Stmt, c: Axis) -> list[Fact]:
+def fusable(a: Axis, first: Stmt, second: Stmt, c: Axis) -> list[FactLike]:
     """Guard: every buffer that one body writes and the other touches is touched by both only
     through one index list holding plain `c`, so iteration i of `second` depends only on
     iteration i of `first` (a neighbour's element, e.g. t[c+1], is refused)."""
     both = Stmt.seq(first, second)
     shared = (writes(first) & (writes(second) | reads(second))) | (writes(second) & reads(first))
-    return [base_of(a, c), eq(shared - partitioned(both, c)).to(EMPTY)]
+    return [base_of(a, c), eq(shared & mixed(both, c)).to(EMPTY)]
 
 
 IDENTITIES = (
@@ -51,7 +52,7 @@ IDENTITIES = (
 )
 
 
-def fusion_candidates() -> object:
+def fusion_candidates() -> Ruleset:
     """Analysis rules: build `first; second` for every pair of sibling loops over one axis, so
     the analyses can compute the footprint the fused body would have (adds no program)."""
     rules = ruleset(name="fusion-candidates")
@@ -69,7 +70,7 @@ def fusion_candidates() -> object:
     return rules
 
 
-def fusion_rules() -> object:
+def fusion_rules() -> Ruleset:
     rules = ruleset(name="fusion")
     rules.register(*(identity.egglog_rule() for identity in IDENTITIES))
     return rules

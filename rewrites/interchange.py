@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from egglog import ruleset
+from egglog import Ruleset, ruleset
 
 from eqsat.terms import Axis, LoopKind, Stmt
 from rewrites.analysis import base_of, reorderable
@@ -25,7 +25,7 @@ IDENTITIES = (
 )
 
 
-def interchange_rules() -> object:
+def interchange_rules() -> Ruleset:
     rules = ruleset(name="interchange")
     rules.register(*(identity.egglog_rule() for identity in IDENTITIES))
     return rules

@@ -78,7 +78,8 @@ def collect_inputs(roots: Sequence[Term]) -> list[tuple[str, tuple[int, ...], st
             return
         seen.add(t)
         if t.op == "TExpr.input":
-            name, shape, dtype = str(t.args[0]), tuple(t.args[1]), str(t.args[2])  # type: ignore
+            name, dtype = str(t.args[0]), str(t.args[2])
+            shape = tuple(int(n) for n in t.args[1])  # type: ignore[union-attr, arg-type]
             previous = found.setdefault(name, (shape, dtype))
             if previous[0] != shape:
                 raise ShapeError(f"input {name!r} is used with shapes {previous[0]} and {shape}")
@@ -139,7 +140,7 @@ class _Lowering:
                 return self.broadcast_value(a[0], idx)  # type: ignore[arg-type]
             case "TExpr.transpose":
                 source_idx = [idx[0]] * len(idx)
-                for d, source_dim in enumerate(a[1]):  # type: ignore[union-attr]
+                for d, source_dim in enumerate(a[1]):  # type: ignore[arg-type]
                     source_idx[source_dim] = idx[d]  # type: ignore[index]
                 return self.value_at(a[0], source_idx)  # type: ignore[arg-type]
             case "TExpr.reshape":
@@ -191,7 +192,9 @@ class _Lowering:
             k = axis("k", self.shape(a)[-1])
             a_idx = [*out_idx[:-1], index_of(k)]
             b_idx = [*out_idx[:-2], index_of(k), out_idx[-1]]
-            product = Term("Scalar.binary", ("mul", self.value_at(a, a_idx), self.value_at(b, b_idx)))
+            product = Term(
+                "Scalar.binary", ("mul", self.value_at(a, a_idx), self.value_at(b, b_idx))
+            )
             return k, product
         _op, dim, source = t.args
         assert isinstance(dim, int) and isinstance(source, Term)
@@ -200,8 +203,9 @@ class _Lowering:
         return r, self.value_at(source, source_idx)
 
 
-def reshape_index(source_shape: Sequence[int], shape: Sequence[int],
-                  idx: Sequence[Term]) -> list[Term]:
+def reshape_index(
+    source_shape: Sequence[int], shape: Sequence[int], idx: Sequence[Term]
+) -> list[Term]:
     """Index into `source_shape` of element `idx` of its row-major reshape to `shape`."""
     kept = [d for d, n in enumerate(shape) if n != 1]
     if [shape[d] for d in kept] == [n for n in source_shape if n != 1]:
@@ -260,5 +264,6 @@ def lower(roots: Sequence[Term]) -> LoopProgram:
     body = seq(lowering.statements)
     for name, shape in reversed(lowering.temporaries):
         body = Term("Stmt.alloc", (name, shape, body))
-    return LoopProgram(body, tuple(signature), tuple(lowering.shape(r) for r in roots),
-                       dtypes.pop())
+    return LoopProgram(
+        body, tuple(signature), tuple(lowering.shape(r) for r in roots), dtypes.pop()
+    )

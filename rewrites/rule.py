@@ -20,7 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from egglog import Fact, RewriteOrRule, eq, rule, union, var
+from egglog import RewriteOrRule, eq, rule, union, var
+from egglog.egraph import FactLike
 
 from eqsat.terms import sort_of
 
@@ -36,13 +37,13 @@ class Identity:
     variables: Mapping[str, type]
     lhs: Callable[..., Any]
     rhs: Callable[..., Any]
-    guard: Callable[..., Sequence[Fact]] | None = None
+    guard: Callable[..., Sequence[FactLike]] | None = None
     guard_text: str = "none"
     finite_only: bool = False  # holds only for finite inputs
     tags: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
-        bound = set(_parameters(self.lhs)) | set(_parameters(self.guard or (lambda: None)))
+        bound = set(_parameters(self.lhs)) | set(_parameters(self.guard) if self.guard else [])
         unbound = set(_parameters(self.rhs)) - bound
         if unbound:
             raise ValueError(f"rule {self.name}: right side uses unbound {sorted(unbound)}")
@@ -56,7 +57,7 @@ class Identity:
 
     def egglog_rule(self) -> RewriteOrRule:
         """`lhs -> rhs` under the guard, named so run reports can count its matches."""
-        pattern = {name: var(name, sort) for name, sort in self.variables.items()}
+        pattern: dict[str, Any] = {name: var(name, sort) for name, sort in self.variables.items()}
         guard = self.call(self.guard, pattern) if self.guard else []
         lhs = self.call(self.lhs, pattern)
         root = var("matched_root", sort_of(lhs))

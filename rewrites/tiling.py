@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from egglog import String, eq, i64, ruleset
+from egglog import Ruleset, String, eq, i64, ruleset
 
 from eqsat.terms import Axis, LoopKind, Stmt
 from rewrites.rule import Identity
@@ -38,7 +38,7 @@ def tile_sizes(lanes: int) -> tuple[int, ...]:
     return (lanes,) if lanes > 1 else (8,)
 
 
-def tiling_rules(tiles: Sequence[int]) -> object:
+def tiling_rules(tiles: Sequence[int]) -> Ruleset:
     rules = ruleset(name="tiling")
     rules.register(*(split_identity(t).egglog_rule() for t in tiles))
     return rules
