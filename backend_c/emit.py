@@ -16,7 +16,7 @@ import re
 from backend_c.abi import C_TYPES, prototype
 from backend_c.isa import VectorIsa
 from eqsat.interp import axis_extent
-from eqsat.loops import access_kind, base_axis, vectorizable
+from eqsat.loops import access_kind, base_axis, split_tile, vectorizable
 from eqsat.terms import LoopProgram, Term, index_items
 
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
@@ -86,17 +86,11 @@ class _Emitter:
         """C expression of an axis: its loop variable, or outer*tile + inner of a split."""
         if axis in self.scope:
             return axis_var(axis)
-        for bound in self.scope:
-            node = bound
-            while node.op in ("Axis.outer", "Axis.inner"):
-                parent = node.args[0]
-                assert isinstance(parent, Term)
-                if parent == axis:
-                    tile = node.args[1]
-                    outer = self.axis_expr(Term("Axis.outer", (axis, tile)))
-                    inner = self.axis_expr(Term("Axis.inner", (axis, tile)))
-                    return f"({outer} * {tile} + {inner})"
-                node = parent
+        tile = split_tile(axis, self.scope)
+        if tile is not None:
+            outer = self.axis_expr(Term("Axis.outer", (axis, tile)))
+            inner = self.axis_expr(Term("Axis.inner", (axis, tile)))
+            return f"({outer} * {tile} + {inner})"
         raise ValueError(f"axis used outside its loop: {axis}")
 
     def index_expr(self, index: Term) -> str:

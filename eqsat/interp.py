@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from eqsat.loops import split_tile
 from eqsat.terms import Arg, LoopProgram, Term, index_items
 
 UNARY: dict[str, Callable[[Any], Any]] = {
@@ -111,18 +112,10 @@ class _Machine:
         """A loop's own axis, or a split axis rebuilt as outer*tile + inner."""
         if axis in self.env:
             return self.env[axis]
-        for bound in self.env:
-            # `bound` may be a split of a split of `axis`: walk up to the split of `axis` itself.
-            node = bound
-            while node.op in ("Axis.outer", "Axis.inner"):
-                parent = node.args[0]
-                assert isinstance(parent, Term)
-                if parent == axis:
-                    tile = int(node.args[1])  # type: ignore[arg-type]
-                    outer = Term("Axis.outer", (axis, tile))
-                    inner = Term("Axis.inner", (axis, tile))
-                    return self.axis_value(outer) * tile + self.axis_value(inner)
-                node = parent
+        tile = split_tile(axis, self.env)
+        if tile is not None:
+            outer, inner = Term("Axis.outer", (axis, tile)), Term("Axis.inner", (axis, tile))
+            return self.axis_value(outer) * tile + self.axis_value(inner)
         raise ValueError(f"axis used outside its loop: {axis}")
 
     def index(self, t: Term) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from eqsat.terms import Term, index_items
 
 # Ops the C backend has a vector form for; any other op keeps a loop scalar.
@@ -75,3 +77,15 @@ def contains_parallel(statement: Term) -> bool:
         isinstance(a, Term) and a.op.startswith("Stmt.") and contains_parallel(a)
         for a in statement.args
     )
+
+
+def split_tile(axis: Term, bound: Iterable[Term]) -> int | None:
+    """The tile T of the split of `axis` whose halves (maybe split again) are among `bound`."""
+    for node in bound:
+        while node.op in ("Axis.outer", "Axis.inner"):
+            parent = node.args[0]
+            assert isinstance(parent, Term)
+            if parent == axis:
+                return int(node.args[1])  # type: ignore[arg-type]
+            node = parent
+    return None
