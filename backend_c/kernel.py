@@ -15,6 +15,7 @@ import numpy as np
 from backend_c.abi import C_TYPES
 from backend_c.build import Library
 from eqsat.errors import DTypeError
+from eqsat.saturate import SaturationReport
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class Kernel:
         returns_tuple: bool,
         c_source: str,
         explanation: str,
+        stages: Sequence[SaturationReport] = (),
     ) -> None:
         """Wrap `library.lib.<symbol>`.
 
@@ -69,6 +71,7 @@ class Kernel:
         self._returns_tuple = returns_tuple
         self._c_source = c_source
         self._explanation = explanation
+        self._stages = tuple(stages)
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -84,6 +87,11 @@ class Kernel:
     def dtype(self) -> str:
         """Element type of every input and output: "float32" or "float64"."""
         return self._dtype
+
+    @property
+    def stages(self) -> tuple[SaturationReport, ...]:
+        """The saturation report of each optimizer stage (e-graph size, time, stop reason)."""
+        return self._stages
 
     def explain(self) -> str:
         """Return the optimizer's account of how this kernel was chosen."""

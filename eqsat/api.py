@@ -178,4 +178,5 @@ def compile(  # noqa: A001 - the public name is part of the stable API (DESIGN Â
         returns_tuple,
         source,
         best.report(),
+        best.stages,
     )
