@@ -12,11 +12,19 @@ from __future__ import annotations
 
 import math
 import re
+from functools import partial
 
 from backend_c.abi import C_TYPES, prototype
 from backend_c.isa import VectorIsa
-from eqsat.interp import axis_extent
-from eqsat.loops import access_kind, base_axis, split_tile, vectorizable
+from eqsat.loops import (
+    RegisterTile,
+    access_kind,
+    axis_extent,
+    base_axis,
+    register_tile,
+    split_tile,
+    vectorizable,
+)
 from eqsat.terms import LoopProgram, Term, index_items
 
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
@@ -72,7 +80,9 @@ class _Emitter:
             f"in{i}": shape for i, (_, shape) in enumerate(program.inputs)
         }
         self.shapes.update({f"out{k}": shape for k, shape in enumerate(program.outputs)})
+        self.isa = isa
         self.scope: list[Term] = []
+        self.fixed: dict[Term, str] = {}  # axes of unrolled loops -> their value in this copy
         self.parallel_depth = 0
         self.lines: list[str] = []
         self.depth = 1
@@ -84,6 +94,8 @@ class _Emitter:
 
     def axis_expr(self, axis: Term) -> str:
         """C expression of an axis: its loop variable, or outer*tile + inner of a split."""
+        if axis in self.fixed:
+            return self.fixed[axis]
         if axis in self.scope:
             return axis_var(axis)
         tile = split_tile(axis, self.scope)
@@ -204,6 +216,11 @@ class _Emitter:
         if kind.op == "LoopKind.vector" and self.vector is not None and vectorizable(axis, body):
             self.vector_loop(axis, body)
             return
+        lanes = self.vector.lanes if self.vector is not None else 1
+        tile = register_tile(axis, body, self.isa, lanes) if kind.op == "LoopKind.serial" else None
+        if tile is not None:
+            self.register_tile_loop(axis, tile)
+            return
         var, extent = axis_var(axis), axis_extent(axis)
         if kind.op == "LoopKind.parallel" and not self.in_parallel:
             self.line("#pragma omp parallel for schedule(static)")
@@ -228,6 +245,76 @@ class _Emitter:
         self.depth -= 1
         self.scope.pop()
 
+    def tile_copies(self, tile: RegisterTile) -> list[dict[Term, str]]:
+        """One binding of the tile's unrolled axes (and vector-lane starts) per accumulator."""
+        copies: list[dict[Term, str]] = [{}]
+        for axis in tile.unrolled:
+            copies = [{**c, axis: str(v)} for c in copies for v in range(axis_extent(axis))]
+        if tile.vector_axis is not None:
+            assert self.vector is not None
+            starts = range(0, axis_extent(tile.vector_axis), self.vector.lanes)
+            copies = [{**c, tile.vector_axis: str(v)} for c in copies for v in starts]
+        return copies
+
+    def register_tile_loop(self, axis: Term, tile: RegisterTile) -> None:
+        """Unroll-and-jam with register promotion: the tile's accumulators are loaded into
+        registers before the loop, updated in it, and stored after it (eqsat.loops.RegisterTile)."""
+        buffer, target, op, value = tile.accumulate.args
+        assert isinstance(target, Term) and isinstance(value, Term)
+        vector = self.vector if tile.vector_axis is not None else None
+        base = base_axis(tile.vector_axis) if tile.vector_axis is not None else None
+        copies = self.tile_copies(tile)
+        inner_axes = [*tile.unrolled, *([tile.vector_axis] if tile.vector_axis else [])]
+        self.line("{")
+        self.depth += 1
+        self.scope.extend(inner_axes)
+        elements = []
+        for n, binding in enumerate(copies):
+            self.fixed.update(binding)
+            element = self.element(str(buffer), target)
+            elements.append(element)
+            if vector is not None:
+                self.line(f"{vector.vtype} acc{n} = {vector.load('&' + element)};")
+            else:
+                self.line(f"{self.ctype} acc{n} = {element};")
+        var, extent = axis_var(axis), axis_extent(axis)
+        self.line(f"for (int64_t {var} = 0; {var} < {extent}; ++{var}) {{")
+        self.depth += 1
+        self.scope.append(axis)
+        for n, binding in enumerate(copies):
+            self.fixed.update(binding)
+            if vector is not None and base is not None:
+                self.line(f"acc{n} = {self.vector_update(str(op), f'acc{n}', value, base)};")
+            else:
+                self.line(f"acc{n} = {self.scalar_update(str(op), f'acc{n}', value)};")
+        self.scope.pop()
+        self.depth -= 1
+        self.line("}")
+        for n, (binding, element) in enumerate(zip(copies, elements, strict=True)):
+            self.fixed.update(binding)
+            if vector is not None:
+                self.line(vector.store("&" + element, f"acc{n}"))
+            else:
+                self.line(f"{element} = acc{n};")
+        for a in inner_axes:
+            self.fixed.pop(a, None)
+        del self.scope[len(self.scope) - len(inner_axes) :]
+        self.depth -= 1
+        self.line("}")
+
+    def vector_update(self, op: str, acc: str, value: Term, base: Term) -> str:
+        """`acc op value` for whole vectors; a sum of a product is one FMA."""
+        assert self.vector is not None
+        if op == "sum" and value.op == "Scalar.binary" and value.args[0] == "mul":
+            x = self.vector_scalar(value.args[1], base, None)  # type: ignore[arg-type]
+            y = self.vector_scalar(value.args[2], base, None)  # type: ignore[arg-type]
+            return self.vector.fmadd(x, y, acc)
+        return self.vector.combine(op, acc, self.vector_scalar(value, base, None))
+
+    def scalar_update(self, op: str, acc: str, value: Term) -> str:
+        v = self.scalar(value)
+        return f"{acc} + {v}" if op == "sum" else f"fmax{self.suffix}({acc}, {v})"
+
     def vector_loop(self, axis: Term, body: Term) -> None:
         """SIMD loop: full vectors, then a masked vector (AVX-512) or scalar (AVX2) tail."""
         vector = self.vector
@@ -248,14 +335,19 @@ class _Emitter:
         self.scope.append(axis)
 
         def vector_step(mask: str | None) -> None:
-            v = self.vector_scalar(value, base, mask)
+            if mask is None and op != "store":
+                update = partial(self.vector_update, op, value=value, base=base)
+            else:
+                v = self.vector_scalar(value, base, mask)
+                update = partial(vector.combine, op, value=v, mask=mask)
             if horizontal:
-                self.line(f"acc = {vector.combine(op, 'acc', v, mask)};")
+                self.line(f"acc = {update('acc')};")
                 return
             pointer = f"&{self.element(buffer, target)}"
-            if op != "store":
-                v = vector.combine(op, vector.load(pointer, mask), v)
-            self.line(vector.store(pointer, v, mask))
+            if op == "store":
+                self.line(vector.store(pointer, v, mask))
+            else:
+                self.line(vector.store(pointer, update(vector.load(pointer, mask)), mask))
 
         self.line(f"for (; {var} + {lanes} <= {extent}; {var} += {lanes}) {{")
         self.depth += 1

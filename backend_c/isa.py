@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backend_c.vmath import VECTOR_FUNCTIONS, vector_math
+
 GCC_FLAGS = {
     "avx512": ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma"),
     "avx2": ("-mavx2", "-mfma"),
@@ -78,7 +80,9 @@ class VectorIsa:
                 return f"{self._fn('sqrt')}({x})"
             case "relu":
                 return f"{self._fn('max')}({x}, {zero})"
-        # eqsat.loops.VECTOR_UNARY lists exactly the ops above.
+        if op in VECTOR_FUNCTIONS:
+            return f"{VECTOR_FUNCTIONS[op]}({x})"
+        # eqsat.loops.VECTOR_UNARY lists exactly the ops above and those of VECTOR_FUNCTIONS.
         raise ValueError(f"no vector form for {op}")
 
     def binary(self, op: str, a: str, b: str) -> str:
@@ -108,12 +112,16 @@ class VectorIsa:
             return f"{self._fn(stem)}({acc}, {value})"
         return f"{self._fn('mask_' + stem)}({acc}, {mask}, {acc}, {value})"
 
+    def fmadd(self, a: str, b: str, c: str) -> str:
+        """a * b + c with one rounding (every vector ISA level here has FMA)."""
+        return f"{self._fn('fmadd')}({a}, {b}, {c})"
+
     def reduce(self, op: str, vector: str) -> str:
         """Horizontal sum or max of all lanes (helper functions from `preamble`)."""
         return f"eq_hreduce_{op}({vector})"
 
     def preamble(self) -> str:
-        """C helpers for horizontal reductions; emitted once per kernel."""
+        """C helpers for horizontal reductions and vector math; emitted once per kernel."""
         ctype = "float" if self.dtype == "float32" else "double"
         lines = []
         for op, combine in (("sum", "{a} + {b}"), ("max", "({a} > {b} ? {a} : {b})")):
@@ -126,4 +134,5 @@ class VectorIsa:
                 f"    for (int i = 1; i < {self.lanes}; ++i) r = {step};\n"
                 f"    return r;\n}}\n"
             )
+        lines.append(vector_math(self))
         return "\n".join(lines)

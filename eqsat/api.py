@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from egglog import EGraph, unstable_combine_rulesets
+from egglog import EGraph
 
 from backend_c.abi import prototype
 from backend_c.build import build_library
@@ -20,16 +20,13 @@ from eqsat.frontend import Tensor
 from eqsat.pretty import format_loops, format_tensor
 from eqsat.saturate import Limits, SaturationReport, saturate
 from eqsat.terms import LoopProgram, Term, to_egglog, to_term
-from extract.cost import LoopCost, TensorCost
+from extract.cost import TensorCost
 from extract.extractor import SerializedGraph
+from extract.loop_cost import LoopCost
 from extract.machine import Machine, host
 from rewrites.algebra import algebra_rules
-from rewrites.analysis import analysis
-from rewrites.annotate import annotate_rules
-from rewrites.fusion import fusion_candidates, fusion_rules
-from rewrites.interchange import interchange_rules
 from rewrites.lowering import lower
-from rewrites.tiling import tile_sizes, tiling_rules
+from rewrites.schedule import ROOT, schedule
 
 SYMBOL = "eqsat_kernel"
 
@@ -93,30 +90,11 @@ def _optimize_algebra(roots: list[Term], limits: Limits) -> tuple[list[Term], Sa
 def _schedule_loops(
     program: LoopProgram, machine: Machine, limits: Limits
 ) -> tuple[Term, float, float, SaturationReport]:
-    lanes = machine.lanes(program.dtype)
-    egraph = EGraph()
-    egraph.let("kernel", to_egglog(program.body))
-    facts = unstable_combine_rulesets(analysis, fusion_candidates(), name="loop-facts")
-    rewrites = unstable_combine_rulesets(
-        interchange_rules(),
-        tiling_rules(tile_sizes(lanes)),
-        fusion_rules(),
-        annotate_rules(lanes, machine.cores),
-        name="loop-rules",
-    )
-    report = saturate(egraph, facts.saturate() + rewrites, limits, "loops")
+    egraph, report = schedule(program.body, machine, program.dtype, limits)
     graph = SerializedGraph(egraph)
     cost = LoopCost(machine, program.dtype)
-    body, predicted = graph.extract(graph.root("kernel"), cost)
-    canonical_cost = _term_cost(program.body, cost)
-    return body, predicted, canonical_cost, report
-
-
-def _term_cost(t: Term, cost: LoopCost) -> float:
-    """Cost of one given term (no choice) under the same model, for comparison."""
-    children = t.args
-    child_costs = [_term_cost(c, cost) if isinstance(c, Term) else 0.0 for c in children]
-    return cost(t.op, children, child_costs)
+    body, predicted = graph.extract(graph.root(ROOT), cost)
+    return body, predicted, cost.estimate(program.body).cycles, report
 
 
 def optimize(

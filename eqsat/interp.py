@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from eqsat.loops import split_tile
+from eqsat.loops import axis_extent, split_tile
 from eqsat.terms import Arg, LoopProgram, Term, index_items
 
 UNARY: dict[str, Callable[[Any], Any]] = {
@@ -186,19 +186,6 @@ class _Machine:
                 del self.buffers[name]
             case _:
                 raise ValueError(f"not a statement: {t.op}")
-
-
-def axis_extent(axis: Term) -> int:
-    """Number of iterations of a loop over `axis`. Splits must divide the extent."""
-    a = axis.args
-    match axis.op:
-        case "Axis.named":
-            return int(a[1])  # type: ignore[arg-type]
-        case "Axis.outer":
-            return -(-axis_extent(a[0]) // int(a[1]))  # type: ignore[arg-type]
-        case "Axis.inner":
-            return int(a[1])  # type: ignore[arg-type]
-    raise ValueError(f"not an axis: {axis.op}")
 
 
 def run(

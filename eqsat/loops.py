@@ -2,22 +2,53 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from eqsat.terms import Term, index_items
 
 # Ops the C backend has a vector form for; any other op keeps a loop scalar.
-VECTOR_UNARY = frozenset({"neg", "abs", "sqrt", "relu"})
+VECTOR_UNARY = frozenset({"neg", "abs", "sqrt", "relu", "exp", "log", "tanh", "sigmoid"})
+
+
+# Accumulators a register tile may hold, per ISA: 32 zmm (16 ymm) registers, minus the ones
+# the operands of one step need.
+REGISTER_BUDGET = {"avx512": 24, "avx2": 12, "scalar": 8}
 
 
 def base_axis(axis: Term) -> Term | None:
-    """The named axis a loop walks with unit stride: itself, or the parent of an inner split."""
-    if axis.op == "Axis.named":
-        return axis
-    parent = axis.args[0]
-    if axis.op == "Axis.inner" and isinstance(parent, Term) and parent.op == "Axis.named":
-        return parent
-    return None
+    """The named axis a loop walks with unit stride: itself, or the root of a chain of inner
+    splits (a.inner(T1).inner(T2)...)."""
+    while axis.op == "Axis.inner":
+        parent = axis.args[0]
+        assert isinstance(parent, Term)
+        axis = parent
+    return axis if axis.op == "Axis.named" else None
+
+
+def pieces_of(axis: Term) -> list[Term]:
+    """`axis` and every axis it was split from, innermost first."""
+    chain = [axis]
+    while chain[-1].op != "Axis.named":
+        parent = chain[-1].args[0]
+        assert isinstance(parent, Term)
+        chain.append(parent)
+    return chain
+
+
+def depends_on(index_list: Term, axis: Term) -> bool:
+    """True when some index of `index_list` changes when a loop over `axis` advances."""
+    related = set(pieces_of(axis))
+
+    def visit(index: Term) -> bool:
+        if index.op == "Index.axis":
+            used = index.args[0]
+            assert isinstance(used, Term)
+            return used in related or axis in pieces_of(used)
+        return any(isinstance(a, Term) and visit(a) for a in index.args)
+
+    return any(visit(item) for item in index_items(index_list))
 
 
 def mentions(index: Term, axis: Term) -> bool:
@@ -89,3 +120,67 @@ def split_tile(axis: Term, bound: Iterable[Term]) -> int | None:
                 return int(node.args[1])  # type: ignore[arg-type]
             node = parent
     return None
+
+
+@dataclass(frozen=True)
+class RegisterTile:
+    """A loop whose body is a register tile: Unroll loops (maybe none), then maybe one Vector
+    loop of whole vectors, around one accumulate whose element does not move with the loop.
+    The emitter keeps the `count` accumulators in registers for the whole loop (loaded before
+    it, stored after it); `unrolled` and `vector_axis` are the axes inside, outermost first."""
+
+    unrolled: tuple[Term, ...]
+    vector_axis: Term | None
+    accumulate: Term
+    count: int
+
+
+def _loop_parts(statement: Term) -> tuple[Term, str, Term]:
+    """(axis, kind op, body) of a Stmt.loop term."""
+    axis, kind, body = statement.args
+    assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body, Term)
+    return axis, kind.op, body
+
+
+def register_tile(axis: Term, body: Term, isa: str, lanes: int) -> RegisterTile | None:
+    """The register tile of a serial loop over `axis` around `body`, or None when there is none.
+
+    `lanes` is the vector width for the kernel's dtype on `isa` (1 for scalar)."""
+    unrolled: list[Term] = []
+    while body.op == "Stmt.loop" and _loop_parts(body)[1] == "LoopKind.unroll":
+        inner_axis, _, body = _loop_parts(body)
+        unrolled.append(inner_axis)
+    vector_axis: Term | None = None
+    vectors = 1
+    if body.op == "Stmt.loop" and _loop_parts(body)[1] == "LoopKind.vector":
+        vector_axis, _, body = _loop_parts(body)
+        extent = axis_extent(vector_axis)
+        base = base_axis(vector_axis)
+        if isa == "scalar" or extent % lanes or base is None:
+            return None
+        if not vectorizable(vector_axis, body) or access_kind(body.args[1], base) != "contiguous":  # type: ignore[arg-type]
+            return None
+        vectors = extent // lanes
+    if body.op != "Stmt.accumulate" or not (unrolled or vector_axis):
+        return None
+    buffer, target, value = body.args[0], body.args[1], body.args[3]
+    assert isinstance(target, Term) and isinstance(value, Term)
+    if depends_on(target, axis) or any(load.args[0] == buffer for load in _loads(value)):
+        return None
+    count = vectors * math.prod(axis_extent(a) for a in unrolled)
+    if count > REGISTER_BUDGET[isa]:
+        return None
+    return RegisterTile(tuple(unrolled), vector_axis, body, count)
+
+
+def axis_extent(axis: Term) -> int:
+    """Number of iterations of a loop over `axis`. Splits must divide the extent."""
+    a = axis.args
+    match axis.op:
+        case "Axis.named":
+            return int(a[1])  # type: ignore[arg-type]
+        case "Axis.outer":
+            return -(-axis_extent(a[0]) // int(a[1]))  # type: ignore[arg-type]
+        case "Axis.inner":
+            return int(a[1])  # type: ignore[arg-type]
+    raise ValueError(f"not an axis: {axis.op}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eqsat.interp import axis_extent
+from eqsat.loops import axis_extent
 from eqsat.terms import Term, index_items
 
 _INFIX = {

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from eqsat import shapes
-from eqsat.interp import axis_extent
+from eqsat.loops import axis_extent
 from eqsat.loops import contains_parallel, vectorizable
 from eqsat.terms import Arg, Term
 from extract.machine import Machine

@@ -6,11 +6,17 @@ Facts (all conservative: a merge of two e-classes only ever widens them):
 - `footprint(s, b)`: the one index list through which `s` touches buffer `b` (reads and writes),
   or a `Footprint.join` of several when it touches `b` in more than one way.
 - `base_of(a, c)`: `c` is the named axis that axis `a` (a split of a split, maybe) walks.
+- `extent(a)`: the number of iterations of a loop over axis `a`.
+- `top(s)`: `s` runs outside every loop (seeded on the program by `mark_program`).
+- `top_loop(a, body)`: a loop over `a` around `body` runs outside every other loop.
 - `asks(s, c)`: `s` runs inside a loop over (a split of) `c`. The per-axis fact below is only
   computed for these pairs, which keeps it finite.
-- `mixed(s, c)`: buffers that `s` does NOT touch only through one index list holding plain `c`.
-  Every other buffer is partitioned by `c`: iterations with different values of `c` touch
-  disjoint elements of it.
+- `plain_dims(ix, c)`: the dimensions (counted from the last, 0-based) where index list `ix` is
+  the plain axis `c`; `shared_dims(f, c)` the dimensions plain `c` in every index list of a
+  footprint (an intersection: it only shrinks as the footprint widens).
+- `mixed(s, c)`: buffers that `s` touches through index lists with no common dimension holding
+  plain `c`. Every other buffer is partitioned by `c` along that dimension: iterations with
+  different values of `c` touch disjoint elements of it.
 
 The guards built from these facts are `independent` and `reorderable` at the bottom.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from egglog import (
+    EGraph,
     Set,
     String,
     Vec,
@@ -39,6 +46,7 @@ from egglog.egraph import FactLike, RewriteOrRule
 from eqsat.terms import Axis, Footprint, Index, IndexList, LoopKind, Scalar, Stmt
 
 EMPTY = Set[String].empty()
+EMPTY_DIMS = Set[i64].empty()
 
 
 @function(merge=lambda old, new: old | new)
@@ -77,9 +85,27 @@ def scalar_footprint(v: Scalar, buffer: String) -> Footprint: ...
 def mixed(s: Stmt, axis: Axis) -> Set[String]: ...
 
 
+@function
+def plain_dims(ix: IndexList, axis: Axis) -> Set[i64]: ...
+
+
+@function(merge=lambda old, new: old & new)
+def shared_dims(f: Footprint, axis: Axis) -> Set[i64]: ...
+
+
+@function
+def length(ix: IndexList) -> i64: ...
+
+
+@function
+def extent(a: Axis) -> i64: ...
+
+
 base_of = relation("base_of", Axis, Axis)
+top = relation("top", Stmt)
+top_loop = relation("top_loop", Axis, Stmt)
 asks = relation("asks", Stmt, Axis)
-lacks_plain = relation("lacks_plain", IndexList, Axis)
+asks_footprint = relation("asks_footprint", Footprint, Axis)
 not_axis = relation("not_axis", Index, Axis)
 
 analysis = ruleset(name="analysis")
@@ -225,9 +251,19 @@ def _axes(
     e2: i64,
     h2: Index,
     h3: Index,
+    fp3: Footprint,
+    d: Set[i64],
+    d2: Set[i64],
 ) -> Iterable[RewriteOrRule]:
     yield rewrite(Footprint.join(fp, fp)).to(fp)
-    yield rule(eq(a).to(Axis.named(n, e))).then(base_of(a, a))
+    yield rule(eq(a).to(Axis.named(n, e))).then(base_of(a, a), set_(extent(a)).to(e))
+    yield rule(eq(a).to(Axis.inner(parent, t))).then(set_(extent(a)).to(t))
+    yield rule(eq(a).to(Axis.outer(parent, t)), eq(e).to(extent(parent))).then(
+        set_(extent(a)).to(e / t)
+    )
+    yield rule(top(s), eq(s).to(Stmt.seq(x, y))).then(top(x), top(y))
+    yield rule(top(s), eq(s).to(Stmt.alloc(b, shape, x))).then(top(x))
+    yield rule(top(s), eq(s).to(Stmt.loop(a, k, x))).then(top_loop(a, x))
     yield rule(eq(a).to(Axis.outer(parent, t)), base_of(parent, c)).then(base_of(a, c))
     yield rule(eq(a).to(Axis.inner(parent, t)), base_of(parent, c)).then(base_of(a, c))
     # which statements run inside a loop over (a split of) c
@@ -235,20 +271,39 @@ def _axes(
     yield rule(eq(s).to(Stmt.loop(a, k, x)), asks(s, c)).then(asks(x, c))
     yield rule(eq(s).to(Stmt.alloc(b, shape, x)), asks(s, c)).then(asks(x, c))
     yield rule(eq(s).to(Stmt.seq(x, y)), asks(s, c)).then(asks(x, c), asks(y, c))
-    # Buffers NOT partitioned by c. Only this complement may be derived: a footprint can
-    # still widen into a join later in the same saturation, and a derived set never shrinks.
+    # Buffers NOT partitioned by c. Only this complement may be derived, and only from a
+    # complete fact: shared_dims of a footprint exists once every index list in it is known, and
+    # it only shrinks as the footprint widens, so "no shared dimension" is final.
     yield rule(asks(s, c)).then(set_(mixed(s, c)).to(EMPTY))
-    yield rule(asks(s, c), eq(footprint(s, b)).to(Footprint.join(fp, fp2))).then(
-        set_(mixed(s, c)).to(Set(b))
+    yield rule(asks(s, c), eq(footprint(s, b)).to(fp)).then(asks_footprint(fp, c))
+    yield rule(asks_footprint(fp, c), eq(fp).to(Footprint.join(fp2, fp3))).then(
+        asks_footprint(fp2, c), asks_footprint(fp3, c)
     )
-    yield rule(asks(s, c), eq(footprint(s, b)).to(Footprint.at(ix)), lacks_plain(ix, c)).then(
-        set_(mixed(s, c)).to(Set(b))
-    )
+    yield rule(
+        asks_footprint(fp, c), eq(fp).to(Footprint.at(ix)), eq(d).to(plain_dims(ix, c))
+    ).then(set_(shared_dims(fp, c)).to(d))
+    yield rule(
+        eq(fp).to(Footprint.join(fp2, fp3)),
+        eq(d).to(shared_dims(fp2, c)),
+        eq(d2).to(shared_dims(fp3, c)),
+    ).then(set_(shared_dims(fp, c)).to(d & d2))
+    yield rule(
+        asks(s, c), eq(fp).to(footprint(s, b)), eq(shared_dims(fp, c)).to(EMPTY_DIMS)
+    ).then(set_(mixed(s, c)).to(Set(b)))
     named = Axis.named(n, e)
-    yield rule(eq(c).to(named)).then(lacks_plain(IndexList.nil(), c))
-    yield rule(eq(ix).to(IndexList.cons(h, tail)), lacks_plain(tail, c), not_axis(h, c)).then(
-        lacks_plain(ix, c)
+    yield rule(eq(ix).to(IndexList.nil())).then(set_(length(ix)).to(i64(0)))
+    yield rule(eq(ix).to(IndexList.cons(h, tail)), eq(t).to(length(tail))).then(
+        set_(length(ix)).to(t + 1)
     )
+    yield rule(eq(c).to(named)).then(set_(plain_dims(IndexList.nil(), c)).to(EMPTY_DIMS))
+    yield rule(
+        eq(ix).to(IndexList.cons(Index.axis(c), tail)),
+        eq(d).to(plain_dims(tail, c)),
+        eq(t).to(length(tail)),
+    ).then(set_(plain_dims(ix, c)).to(d | Set(t)))
+    yield rule(
+        eq(ix).to(IndexList.cons(h, tail)), eq(d).to(plain_dims(tail, c)), not_axis(h, c)
+    ).then(set_(plain_dims(ix, c)).to(d))
     for other in (
         Index.const(t),
         Index.add(h, h2),
@@ -261,6 +316,11 @@ def _axes(
         yield rule(eq(h).to(Index.axis(Axis.named(n2, e2))), eq(c).to(named), differs).then(
             not_axis(h, c)
         )
+
+
+def mark_program(egraph: EGraph, body: Stmt) -> None:
+    """Seed the facts about the whole program (`top`); call once on a new kernel e-graph."""
+    egraph.register(top(body))
 
 
 def independent(body: Stmt, base: Axis) -> list[FactLike]:

@@ -1,20 +1,32 @@
 """Tiling: split a loop into an outer loop over tiles and an inner loop inside a tile.
 
-Tiling a nest is split + interchange. Tile sizes come from the machine (the vector width), not
-from enumeration, and only named axes are split, so a split never splits again (depth 1 here;
-the loop-transformations issue adds the register/cache two-level form).
+Tiling a nest is split + interchange. Split depth is bounded by construction: a named axis may be
+split once (by a cache tile or a register tile), and the inner loop of a cache tile may be split
+once more by a register tile; outer loops are never split. Tile sizes come from the machine
+(`tile_sizes`), not from enumeration, so each axis has at most a handful of split forms.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
 
 from egglog import Ruleset, String, eq, i64, ruleset
 
+from eqsat.loops import REGISTER_BUDGET
 from eqsat.terms import Axis, LoopKind, Stmt
+from extract.machine import Machine
 from rewrites.rule import Identity
 
 SERIAL = LoopKind.serial()
+
+
+@dataclass(frozen=True)
+class TileSizes:
+    """Split factors for one kernel: `cache` tiles split named axes only; `register` tiles split
+    named axes or the inner loop of a cache tile."""
+
+    cache: tuple[int, ...]
+    register: tuple[int, ...]
 
 
 def split_identity(tile: int) -> Identity:
@@ -29,16 +41,59 @@ def split_identity(tile: int) -> Identity:
             Stmt.loop(Axis.inner(Axis.named(name, extent), tile), SERIAL, body),
         ),
         guard=lambda extent: [eq(extent % tile).to(i64(0)), extent > i64(tile)],
-        guard_text=f"the extent is a multiple of {tile} and larger than it",
+        guard_text=f"a is a named axis; its extent is a multiple of {tile} and larger than it",
     )
 
 
-def tile_sizes(lanes: int) -> tuple[int, ...]:
-    """Split factors for a machine with `lanes` elements per vector register."""
-    return (lanes,) if lanes > 1 else (8,)
+def split_tile_identity(cache: int, tile: int) -> Identity:
+    """The second level: the inner loop of a cache tile is split by a register tile."""
+    inner = f"a.inner({cache})"
+    return Identity(
+        f"split-tile-{cache}-{tile}",
+        f"for {inner}: body -> for {inner}.outer({tile}): for {inner}.inner({tile}): body",
+        {"name": String, "extent": i64, "body": Stmt},
+        lhs=lambda name, extent, body: Stmt.loop(
+            Axis.inner(Axis.named(name, extent), cache), SERIAL, body
+        ),
+        rhs=lambda name, extent, body: Stmt.loop(
+            Axis.outer(Axis.inner(Axis.named(name, extent), cache), tile),
+            SERIAL,
+            Stmt.loop(Axis.inner(Axis.inner(Axis.named(name, extent), cache), tile), SERIAL, body),
+        ),
+        guard_text=f"none ({cache} is a multiple of {tile}, checked when the rule is built)",
+    )
 
 
-def tiling_rules(tiles: Sequence[int]) -> Ruleset:
+def tile_sizes(machine: Machine, dtype: str) -> TileSizes:
+    """Tiles for `machine`: a register tile of `rows` x (2 vectors), and a cache tile T (a power of
+    two) such that a T-deep panel of register-tile columns fits L1 and a T x T block fits half of
+    L2 (DESIGN §5b: 6-8 rows x 32 columns, 256-deep blocks on this machine)."""
+    lanes = machine.lanes(dtype)
+    item = 4 if dtype == "float32" else 8
+    columns = 2 * lanes if lanes > 1 else 4
+    rows = 1 << ((REGISTER_BUDGET[machine.isa] // 2).bit_length() - 1)
+    cache = 512
+    while cache > columns and (
+        cache * columns * item > machine.l1_bytes or cache * cache * item > machine.l2_bytes // 2
+    ):
+        cache //= 2
+    return TileSizes(cache=(cache,), register=tuple(sorted({rows, columns})))
+
+
+def split_identities(tiles: TileSizes) -> tuple[Identity, ...]:
+    first = sorted(set(tiles.cache) | set(tiles.register))
+    return (
+        *(split_identity(t) for t in first),
+        *(
+            split_tile_identity(cache, t)
+            for cache in tiles.cache
+            for t in tiles.register
+            if cache % t == 0 and cache > t
+        ),
+    )
+
+
+def tiling_rules(tiles: TileSizes) -> Ruleset:
     rules = ruleset(name="tiling")
-    rules.register(*(split_identity(t).egglog_rule() for t in tiles))
+    rules.register(*(identity.egglog_rule() for identity in split_identities(tiles)))
     return rules

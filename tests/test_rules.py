@@ -22,14 +22,14 @@ from eqsat.interp import evaluate, run
 from eqsat.terms import Term, TExpr, index_list, to_egglog, to_term
 from extract.extractor import SerializedGraph
 from rewrites.algebra import IDENTITIES as ALGEBRA
-from rewrites.analysis import analysis
+from rewrites.analysis import analysis, mark_program
 from rewrites.annotate import annotate_identities
 from rewrites.fusion import IDENTITIES as FUSION
 from rewrites.fusion import fusion_candidates
 from rewrites.interchange import IDENTITIES as INTERCHANGE
 from rewrites.lowering import lower
 from rewrites.rule import Identity
-from rewrites.tiling import split_identity
+from rewrites.tiling import TileSizes, split_identities, split_identity
 from tests.programs import SMALL_DIMS, Program, programs
 
 # rank 2 is drawn most often so that matmul identities find well-shaped instances
@@ -77,15 +77,28 @@ def test_algebra_identity_is_sound(identity: Identity, data: st.DataObject) -> N
     )
 
 
-LOOP_IDENTITIES = (*INTERCHANGE, split_identity(2), *FUSION, *annotate_identities(4, 2))
+LOOP_IDENTITIES = (
+    *INTERCHANGE,
+    *split_identities(TileSizes(cache=(4,), register=(2,))),
+    *FUSION,
+    *annotate_identities(4, 2),
+)
+# Rules that only match what another rule made: the inner loop of a cache tile is split again.
+PREREQUISITES = {"split-tile-4-2": split_identity(4)}
 
 
 def saturate_with(identity: Identity, body: Term, rounds: int = 4) -> tuple[SerializedGraph, int]:
-    """E-graph of `body` after `rounds` of (analyses; `identity`), and how often it matched."""
+    """E-graph of `body` after `rounds` of (analyses; `identity` and its prerequisite), and how
+    often `identity` matched."""
     egraph = EGraph()
-    egraph.let("kernel", to_egglog(body))
+    mark_program(egraph, egraph.let("kernel", to_egglog(body)))
     facts = unstable_combine_rulesets(analysis, fusion_candidates(), name="facts")
-    rules = ruleset(identity.egglog_rule(), name=f"only-{identity.name}")
+    prerequisite = PREREQUISITES.get(identity.name)
+    rules = ruleset(
+        identity.egglog_rule(),
+        *([prerequisite.egglog_rule()] if prerequisite else []),
+        name=f"only-{identity.name}",
+    )
     matches = 0
     for _ in range(rounds):
         report = egraph.run(facts.saturate() + rules)

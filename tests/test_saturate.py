@@ -14,7 +14,7 @@ from rewrites.analysis import analysis
 from rewrites.fusion import fusion_candidates
 from rewrites.interchange import interchange_rules
 from rewrites.lowering import lower
-from rewrites.tiling import tiling_rules
+from rewrites.tiling import TileSizes, tiling_rules
 
 
 def matmul_egraph() -> tuple[EGraph, object]:
@@ -24,7 +24,7 @@ def matmul_egraph() -> tuple[EGraph, object]:
     egraph.let("kernel", to_egglog(program.body))
     facts = unstable_combine_rulesets(analysis, fusion_candidates(), name="facts")
     step = facts.saturate() + unstable_combine_rulesets(
-        interchange_rules(), tiling_rules([2, 4, 8]), name="rules"
+        interchange_rules(), tiling_rules(TileSizes(cache=(8,), register=(2, 4))), name="rules"
     )
     return egraph, step
 

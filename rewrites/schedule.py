@@ -1,0 +1,46 @@
+"""The kernel e-graph of stage 2: one loop program, every loop rule, saturated within limits.
+
+    egraph, report = schedule(program.body, machine, "float32", Limits())
+
+The facts (analyses, fusion candidates) are saturated before every round of rewrites (DESIGN
+§4). Growth is bounded by construction: tile sizes come from the machine (`tiling.tile_sizes`),
+splits are at most two deep, interchange never swaps two pieces of one axis, Parallel is only
+placed outside every other loop, and each kernel gets an e-graph of its own.
+"""
+
+from __future__ import annotations
+
+from egglog import EGraph, Ruleset, unstable_combine_rulesets
+
+from eqsat.saturate import Limits, SaturationReport, saturate
+from eqsat.terms import Term, to_egglog
+from extract.machine import Machine
+from rewrites.analysis import analysis, mark_program
+from rewrites.annotate import annotate_rules
+from rewrites.fusion import fusion_candidates, fusion_rules
+from rewrites.interchange import interchange_rules
+from rewrites.tiling import TileSizes, tile_sizes, tiling_rules
+
+ROOT = "kernel"  # the let-name of the program's e-class
+
+
+def loop_rules(machine: Machine, dtype: str, tiles: TileSizes | None = None) -> Ruleset:
+    """Every loop rewrite for `machine`; `tiles` overrides the machine's tile sizes (tests)."""
+    return unstable_combine_rulesets(
+        interchange_rules(),
+        tiling_rules(tiles or tile_sizes(machine, dtype)),
+        fusion_rules(),
+        annotate_rules(machine.lanes(dtype), machine.cores),
+        name="loop-rules",
+    )
+
+
+def schedule(
+    body: Term, machine: Machine, dtype: str, limits: Limits, tiles: TileSizes | None = None
+) -> tuple[EGraph, SaturationReport]:
+    """The saturated kernel e-graph of loop term `body` (its root is let-bound as ROOT)."""
+    egraph = EGraph()
+    mark_program(egraph, egraph.let(ROOT, to_egglog(body)))
+    facts = unstable_combine_rulesets(analysis, fusion_candidates(), name="loop-facts")
+    report = saturate(egraph, facts.saturate() + loop_rules(machine, dtype, tiles), limits, "loops")
+    return egraph, report
