@@ -85,11 +85,11 @@ class SerializedGraph:
 
     def extract_random(self, root: str, rng: random.Random) -> Term:
         """Some term of e-class `root`, chosen by random node weights (for soundness tests)."""
-        weights: dict[str, float] = {}
+        weights: dict[tuple[str, tuple[Arg, ...]], float] = {}
 
         def cost(op: str, children: Sequence[Arg], child_costs: Sequence[float]) -> float:
-            key = (op, tuple(map(str, children)))
-            weight = weights.setdefault(str(key), rng.uniform(1.0, 2.0))
+            # Terms hash once and compare by identity first: no printing of shared sub-terms.
+            weight = weights.setdefault((op, tuple(children)), rng.uniform(1.0, 2.0))
             return weight + sum(child_costs)
 
         return self.extract(root, cost)[0]

@@ -8,6 +8,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 import eqsat
+from eqsat.pretty import format_loops
+from eqsat.terms import Term
 
 # 17 and 33 exceed a 16-lane vector (masked tails); 1 exercises broadcasting.
 DIMS = st.sampled_from([1, 2, 3, 5, 17, 33])
@@ -122,3 +124,12 @@ def assert_close(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
     tolerance = 1e-4 if dtype == "float32" else 1e-9
     scale = max(1.0, float(np.max(np.abs(want)))) if want.size else 1.0
     np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance * scale)
+
+
+def assert_variant_agrees(got: np.ndarray, want: np.ndarray, body: Term) -> None:
+    """A rewritten loop program's float64 result equals the canonical one's; on failure the
+    message shows the loop nest (formatted only then: printing big terms is slow)."""
+    try:
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+    except AssertionError as failure:
+        raise AssertionError(f"{failure}\nprogram:\n{format_loops(body, 1)}") from None

@@ -30,7 +30,7 @@ from rewrites.interchange import IDENTITIES as INTERCHANGE
 from rewrites.lowering import lower
 from rewrites.rule import Identity
 from rewrites.tiling import TileSizes, split_identities, split_identity
-from tests.programs import SMALL_DIMS, Program, programs
+from tests.programs import SMALL_DIMS, Program, assert_variant_agrees, programs
 
 # rank 2 is drawn most often so that matmul identities find well-shaped instances
 SHAPES = st.sampled_from([0, 1, 2, 2, 2, 3]).flatmap(
@@ -121,7 +121,7 @@ def test_loop_rule_is_sound(identity: Identity, program: Program, seed: int) -> 
     for _ in range(4):
         variant = canonical.with_body(graph.extract_random(graph.root("kernel"), rng))
         got = run(variant, program.inputs, dtype=np.float64)[0]
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=str(variant.body))
+        assert_variant_agrees(got, want, variant.body)
 
 
 @pytest.mark.parametrize("identity", LOOP_IDENTITIES, ids=lambda i: i.name)
