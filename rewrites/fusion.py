@@ -1,5 +1,9 @@
 """Fusion of sibling loops over the same axis: the producer-consumer and independent cases.
 
+Only serial loops fuse: the annotated forms (Vector, Parallel, Unroll) of the fused loop come
+from the annotate rules afterwards, so no form is lost and an annotation never spreads to a body
+it was not checked for.
+
 Canonical lowering names axes by role and extent, so the init, accumulate and epilogue nests of a
 matmul, or the passes of a softmax, loop over the same axis terms: fusing them needs no renaming.
 (Inlining a producer into its consumer happens in the lowering for elementwise chains.)
@@ -14,7 +18,8 @@ from eqsat.terms import Axis, LoopKind, Stmt
 from rewrites.analysis import EMPTY, asks, base_of, mixed, reads, writes
 from rewrites.rule import Identity
 
-VARIABLES = {"a": Axis, "k": LoopKind, "first": Stmt, "second": Stmt, "rest": Stmt, "c": Axis}
+SERIAL = LoopKind.serial()
+VARIABLES = {"a": Axis, "first": Stmt, "second": Stmt, "rest": Stmt, "c": Axis}
 
 
 def fusable(a: Axis, first: Stmt, second: Stmt, c: Axis) -> list[FactLike]:
@@ -31,8 +36,10 @@ IDENTITIES = (
         "fuse-siblings",
         "(for a: first); (for a: second) -> for a: (first; second)",
         VARIABLES,
-        lhs=lambda a, k, first, second: Stmt.seq(Stmt.loop(a, k, first), Stmt.loop(a, k, second)),
-        rhs=lambda a, k, first, second: Stmt.loop(a, k, Stmt.seq(first, second)),
+        lhs=lambda a, first, second: Stmt.seq(
+            Stmt.loop(a, SERIAL, first), Stmt.loop(a, SERIAL, second)
+        ),
+        rhs=lambda a, first, second: Stmt.loop(a, SERIAL, Stmt.seq(first, second)),
         guard=fusable,
         guard_text="shared buffers are touched at one index list holding plain a (fusable)",
     ),
@@ -40,11 +47,11 @@ IDENTITIES = (
         "fuse-siblings-then",
         "(for a: first); ((for a: second); rest) -> (for a: (first; second)); rest",
         VARIABLES,
-        lhs=lambda a, k, first, second, rest: Stmt.seq(
-            Stmt.loop(a, k, first), Stmt.seq(Stmt.loop(a, k, second), rest)
+        lhs=lambda a, first, second, rest: Stmt.seq(
+            Stmt.loop(a, SERIAL, first), Stmt.seq(Stmt.loop(a, SERIAL, second), rest)
         ),
-        rhs=lambda a, k, first, second, rest: Stmt.seq(
-            Stmt.loop(a, k, Stmt.seq(first, second)), rest
+        rhs=lambda a, first, second, rest: Stmt.seq(
+            Stmt.loop(a, SERIAL, Stmt.seq(first, second)), rest
         ),
         guard=fusable,
         guard_text="as fuse-siblings",
@@ -56,11 +63,11 @@ def fusion_candidates() -> Ruleset:
     """Analysis rules: build `first; second` for every pair of sibling loops over one axis, so
     the analyses can compute the footprint the fused body would have (adds no program)."""
     rules = ruleset(name="fusion-candidates")
-    a, k, c = var("a", Axis), var("k", LoopKind), var("c", Axis)
+    a, c = var("a", Axis), var("c", Axis)
     first, second, rest = var("first", Stmt), var("second", Stmt), var("rest", Stmt)
     for pattern in (
-        Stmt.seq(Stmt.loop(a, k, first), Stmt.loop(a, k, second)),
-        Stmt.seq(Stmt.loop(a, k, first), Stmt.seq(Stmt.loop(a, k, second), rest)),
+        Stmt.seq(Stmt.loop(a, SERIAL, first), Stmt.loop(a, SERIAL, second)),
+        Stmt.seq(Stmt.loop(a, SERIAL, first), Stmt.seq(Stmt.loop(a, SERIAL, second), rest)),
     ):
         rules.register(
             rule(eq(var("s", Stmt)).to(pattern), base_of(a, c)).then(
