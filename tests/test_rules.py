@@ -256,6 +256,65 @@ def test_split_fail_extent_not_a_multiple_of_the_tile() -> None:
     assert applies(split_identity(3), loop(axis("i", 6), store))
 
 
+def rows_then_sums(read_index: Term) -> Term:
+    """t0[i, j] = in0[i, j] for all (i, j); then out0[i] += t0 at `read_index` over r."""
+    r = axis("r", 4)
+    produce = loop(
+        AXIS_I,
+        loop(
+            AXIS_J,
+            Term(
+                "Stmt.store",
+                (
+                    "t0",
+                    at(plain(AXIS_I), plain(AXIS_J)),
+                    load("in0", at(plain(AXIS_I), plain(AXIS_J))),
+                ),
+            ),
+        ),
+    )
+    consume = loop(
+        AXIS_I,
+        loop(
+            r, Term("Stmt.accumulate", ("out0", at(plain(AXIS_I)), "sum", load("t0", read_index)))
+        ),
+    )
+    return Term("Stmt.alloc", ("t0", (4, 4), Term("Stmt.seq", (produce, consume))))
+
+
+def test_fusion_fail_consumer_reads_another_row() -> None:
+    r = plain(axis("r", 4))
+    assert applies(FUSION[0], rows_then_sums(at(plain(AXIS_I), r)))  # its own row: one pass
+    assert not applies(FUSION[0], rows_then_sums(at(r, plain(AXIS_I))))  # a column: refused
+
+
+def test_interchange_fail_two_pieces_of_one_axis() -> None:
+    store = Term("Stmt.store", ("out0", at(plain(AXIS_I)), Term("Scalar.const", (1.0,))))
+    tiles = loop(Term("Axis.outer", (AXIS_I, 2)), loop(Term("Axis.inner", (AXIS_I, 2)), store))
+    assert not applies(INTERCHANGE[0], tiles)
+
+
+def test_parallelize_fail_inside_another_loop() -> None:
+    parallel = annotate_identities(4, 2)[-1]
+    rows = Term(
+        "Stmt.store", ("out0", at(plain(AXIS_I), plain(AXIS_J)), Term("Scalar.const", (1.0,)))
+    )
+    graph, matches = saturate_with(parallel, loop(AXIS_I, loop(AXIS_J, rows)), rounds=2)
+    assert matches == 1  # the outer loop only
+    assert "parallel" not in str(
+        graph.extract_random(graph.root("kernel"), random.Random(0)).args[2]
+    )
+
+
+def test_unroll_fail_long_loop_or_compound_body() -> None:
+    unroll = next(i for i in annotate_identities(4, 2) if i.name == "unroll")
+    store = Term("Stmt.store", ("out0", at(plain(AXIS_I)), Term("Scalar.const", (1.0,))))
+    assert applies(unroll, loop(AXIS_I, store))
+    assert not applies(unroll, loop(axis("i", 16), store))  # more than MAX_UNROLL iterations
+    two = Term("Stmt.seq", (store, store))
+    assert not applies(unroll, loop(AXIS_I, two))  # not straight-line
+
+
 def test_rule_whose_right_side_uses_an_unbound_variable_is_rejected() -> None:
     with pytest.raises(ValueError, match="unbound"):
         Identity("bad", "x -> y", {"x": TExpr, "y": TExpr}, lambda x: x, lambda y: y)
