@@ -1,4 +1,5 @@
-"""`python -m eqsat demo`: compile an MLP layer and a row softmax, check them, time them.
+"""`python -m eqsat demo` (compile, check and time an MLP layer and a row softmax) and
+`python -m eqsat bench [options]` (the benchmark of eqsat/bench.py; `--help` lists the options).
 
 numpy is timed with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (this machine's environment sets
 them, which halves OpenBLAS's sgemm): the comparison is against the best numpy.
@@ -20,12 +21,19 @@ def _reexec_without_openblas_overrides() -> None:
 
 
 def main(argv: list[str]) -> int:
-    commands = {"demo": "compile and time an MLP layer and a softmax"}
-    if len(argv) != 1 or argv[0] not in commands:
+    commands = {
+        "demo": "compile and time an MLP layer and a softmax",
+        "bench": "time eqsat against numpy on the benchmark workloads (see --help)",
+    }
+    if not argv or argv[0] not in commands or (argv[0] == "demo" and len(argv) > 1):
         usage = "\n".join(f"  python -m eqsat {name:6} {text}" for name, text in commands.items())
         print(f"usage:\n{usage}", file=sys.stderr)
         return 2
     _reexec_without_openblas_overrides()
+    if argv[0] == "bench":
+        from eqsat.bench import main as run_bench
+
+        return run_bench(argv[1:])
     from eqsat.demo import run_demo
 
     run_demo()

@@ -26,3 +26,9 @@ class CompileError(EqsatError):
             f"C compiler failed (source kept at {c_path})\n"
             f"command: {' '.join(command)}\n{stderr.strip()}"
         )
+
+
+class UnsoundMergeError(EqsatError):
+    """Saturation merged terms that cannot be equal — two different literals (`TExpr.const(1.0)`
+    and `TExpr.const(2.0)`, two inputs) or two tensors of different shapes — so a rewrite rule
+    is unsound. The message names the values and the rules that fired in the last step."""

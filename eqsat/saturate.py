@@ -5,6 +5,11 @@ elapsed time between steps. One step = the analyses run to saturation, then one 
 rewrite rules (DESIGN §4: analyses are saturated before the rules that read them). It stops on
 saturation, node limit, time limit or iteration limit and says which; a limit is never an error.
 A limit can be overshot by at most one step.
+
+Tripwires run after every step: a merge of two different literals (`TExpr.const(1.0)` with
+`TExpr.const(2.0)`, two inputs, two loop constants) or of two tensors of different shapes (egglog
+refuses to merge the shape analysis' values) means a rule is unsound, and stops the run with
+`UnsoundMergeError` instead of returning a program with a changed meaning.
 """
 
 from __future__ import annotations
@@ -13,9 +18,62 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from egglog import EGraph, Schedule
+from collections.abc import Iterable
 
-from eqsat.terms import CONSTRUCTORS
+from egglog import (
+    EggSmolError,
+    EGraph,
+    RunReport,
+    Schedule,
+    String,
+    Vec,
+    eq,
+    f64,
+    get_callable_args,
+    get_literal_value,
+    i64,
+    ne,
+    relation,
+    rule,
+    ruleset,
+)
+from egglog.egraph import RewriteOrRule
+
+from eqsat.errors import UnsoundMergeError
+from eqsat.terms import CONSTRUCTORS, Index, Scalar, TExpr
+
+merged_literals = relation("merged_literals", String, String, String)  # constructor, a, b
+tripwires = ruleset(name="tripwires")
+
+
+@tripwires.register
+def _merged_literals(
+    t: TExpr,
+    v: Scalar,
+    k: Index,
+    a: f64,
+    b: f64,
+    m: i64,
+    n: i64,
+    p: String,
+    q: String,
+    dp: String,
+    dq: String,
+    sp: Vec[i64],
+    sq: Vec[i64],
+) -> Iterable[RewriteOrRule]:
+    yield rule(eq(t).to(TExpr.const(a)), eq(t).to(TExpr.const(b)), ne(a).to(b)).then(
+        merged_literals("TExpr.const", a.to_string(), b.to_string())
+    )
+    yield rule(
+        eq(t).to(TExpr.input(p, sp, dp)), eq(t).to(TExpr.input(q, sq, dq)), ne(p).to(q)
+    ).then(merged_literals("TExpr.input", p, q))
+    yield rule(eq(v).to(Scalar.const(a)), eq(v).to(Scalar.const(b)), ne(a).to(b)).then(
+        merged_literals("Scalar.const", a.to_string(), b.to_string())
+    )
+    yield rule(eq(k).to(Index.const(m)), eq(k).to(Index.const(n)), ne(m).to(n)).then(
+        merged_literals("Index.const", m.to_string(), n.to_string())
+    )
 
 
 @dataclass(frozen=True)
@@ -48,7 +106,9 @@ def term_nodes(egraph: EGraph) -> int:
 
 
 def saturate(egraph: EGraph, step: Schedule, limits: Limits, stage: str) -> SaturationReport:
-    """Run `step` until saturation or a limit; returns the report (never raises on a limit)."""
+    """Run `step` until saturation or a limit; returns the report (never raises on a limit).
+
+    Raises UnsoundMergeError when a tripwire fires (a rule in `step` is unsound)."""
     report = SaturationReport(stage)
     start = time.perf_counter()
     while True:
@@ -63,15 +123,60 @@ def saturate(egraph: EGraph, step: Schedule, limits: Limits, stage: str) -> Satu
         if report.iterations >= limits.iterations:
             report.stop_reason = "iteration limit"
             break
-        run = egraph.run(step)
+        run = _run_step(egraph, step, report)
         report.iterations += 1
-        for rule_decl, count in run.num_matches_per_rule.items():
-            name = getattr(rule_decl, "name", None)
-            if name:
-                report.matches[name] += count
+        fired = _rule_matches(run)
+        report.matches.update(fired)
+        _check_tripwires(egraph, report, fired)
         if not run.updated:
             report.stop_reason = "saturated"
             report.nodes = term_nodes(egraph)
             report.seconds = time.perf_counter() - start
             break
     return report
+
+
+def _rule_matches(run: RunReport) -> Counter[str]:
+    """Matches per named rule in one run."""
+    matches: Counter[str] = Counter()
+    for rule_decl, count in run.num_matches_per_rule.items():
+        name = getattr(rule_decl, "name", None)
+        if name:
+            matches[name] += count
+    return matches
+
+
+def _run_step(egraph: EGraph, step: Schedule, report: SaturationReport) -> RunReport:
+    """One step, then the tripwires; a refused merge of analysis values is an unsound rule."""
+    try:
+        run = egraph.run(step)
+        egraph.run(tripwires)
+    except EggSmolError as error:
+        if "Illegal merge" not in str(error):
+            raise
+        raise UnsoundMergeError(
+            f"{report.stage}: step {report.iterations + 1} merged terms whose analysis values "
+            f"differ (e.g. two shapes), so a rule is unsound: {error}; rules fired so far: "
+            f"{_names(report.matches)}"
+        ) from None
+    return run
+
+
+def _check_tripwires(egraph: EGraph, report: SaturationReport, fired: Counter[str]) -> None:
+    """Raise UnsoundMergeError if the last step merged two different literals."""
+    if not egraph.function_size(merged_literals):
+        return
+    conflicts = sorted(
+        tuple(str(get_literal_value(arg)) for arg in get_callable_args(row))
+        for row in egraph.function_values(merged_literals)
+    )
+    constructor, first, second = conflicts[0]
+    raise UnsoundMergeError(
+        f"{report.stage}: step {report.iterations} merged {constructor}({first}) with "
+        f"{constructor}({second}), so a rule is unsound; rules that fired in that step: "
+        f"{_names(fired)}"
+    )
+
+
+def _names(matches: Counter[str]) -> str:
+    return ", ".join(sorted(name for name, count in matches.items() if count)) or "none"

@@ -1,14 +1,17 @@
 """The machine as data: ISA level, vector width, cores and caches, read from the running CPU.
 
 Every stage that depends on the hardware takes a `Machine`, so tests can pass a fake one.
-Peak-flops and bandwidth calibration is not here yet (the cost-model issue adds it).
+Measured peaks (flops, bandwidth per memory level) are an optional `Calibration` on the Machine:
+`host()` leaves it None (instant); `extract.calibrate.calibrated_host()` fills it in (a short run,
+cached on disk); tests build `Machine(..., calibration=Calibration(...))` with made-up figures.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ISA_LEVELS = ("avx512", "avx2", "scalar")
@@ -18,6 +21,22 @@ _ISA_REQUIRES = {
     "avx2": {"avx2", "fma"},
     "scalar": set(),
 }
+DTYPES = ("float32", "float64")
+MEMORY_LEVELS = ("L1", "L2", "L3", "DRAM")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured peaks of one machine, indexed by the thread counts measured (1 and all cores).
+
+    peak_flops[dtype][threads]: flop/s of independent FMA chains (an FMA counts 2 flops), for
+    every dtype in DTYPES. bandwidth[level][threads]: bytes/s of a triad a = b + s*c whose arrays
+    fit in `level` (every level in MEMORY_LEVELS), counting each element read or written once.
+    """
+
+    peak_flops: Mapping[str, Mapping[int, float]] = field(hash=False)
+    bandwidth: Mapping[str, Mapping[int, float]] = field(hash=False)
+    seconds: float = 0.0  # how long the measurement took
 
 
 @dataclass(frozen=True)
@@ -28,6 +47,7 @@ class Machine:
     l2_bytes: int
     l3_bytes: int
     line_bytes: int = 64
+    calibration: Calibration | None = None  # measured peaks, when known (see the module doc)
 
     def lanes(self, dtype: str) -> int:
         """Elements per vector register for `dtype` (1 for the scalar ISA)."""
@@ -40,21 +60,30 @@ class Machine:
             raise ValueError(f"unknown ISA {isa!r}; expected one of {ISA_LEVELS}")
         if ISA_LEVELS.index(isa) < ISA_LEVELS.index(self.isa):
             raise ValueError(f"this machine cannot run {isa} (it has {self.isa})")
-        return Machine(
-            isa, self.cores, self.l1_bytes, self.l2_bytes, self.l3_bytes, self.line_bytes
-        )
+        return replace(self, isa=isa)  # the calibration stays: it measured the hardware
+
+
+def _cpuinfo(field_name: str) -> str:
+    """The value of the first `field_name` line of /proc/cpuinfo ("" where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == field_name:
+            return value.strip()
+    return ""
 
 
 def cpu_flags() -> frozenset[str]:
     """The flags line of /proc/cpuinfo (empty where it cannot be read)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return frozenset(line.split(":", 1)[1].split())
-    return frozenset()
+    return frozenset(_cpuinfo("flags").split())
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ("" where it cannot be read)."""
+    return _cpuinfo("model name")
 
 
 def best_isa(flags: frozenset[str]) -> str:
@@ -77,7 +106,7 @@ def _cache_size(level: int, default: int) -> int:
 
 @functools.cache
 def host() -> Machine:
-    """The machine this process runs on."""
+    """The machine this process runs on, without calibration (see the module doc)."""
     return Machine(
         isa=best_isa(cpu_flags()),
         cores=len(os.sched_getaffinity(0)),

@@ -23,9 +23,10 @@ VARIABLES = {"a": Axis, "first": Stmt, "second": Stmt, "rest": Stmt, "c": Axis}
 
 
 def fusable(a: Axis, first: Stmt, second: Stmt, c: Axis) -> list[FactLike]:
-    """Guard: every buffer that one body writes and the other touches is touched by both only
-    through one index list holding plain `c`, so iteration i of `second` depends only on
-    iteration i of `first` (a neighbour's element, e.g. t[c+1], is refused)."""
+    """Guard: every buffer that one body writes and the other touches is touched by both through
+    index lists holding plain `c` in one common dimension, so iteration i of `second` depends
+    only on iteration i of `first` (softmax's row t[c, j] then t[c, r] fuses; a neighbour's
+    element t[c+1] or a column t[r, c] is refused)."""
     both = Stmt.seq(first, second)
     shared = (writes(first) & (writes(second) | reads(second))) | (writes(second) & reads(first))
     return [base_of(a, c), eq(shared & mixed(both, c)).to(EMPTY)]
@@ -41,7 +42,8 @@ IDENTITIES = (
         ),
         rhs=lambda a, first, second: Stmt.loop(a, SERIAL, Stmt.seq(first, second)),
         guard=fusable,
-        guard_text="shared buffers are touched at one index list holding plain a (fusable)",
+        guard_text="buffers shared by the two bodies hold plain a in one common dimension of "
+        "every index (fusable)",
     ),
     Identity(
         "fuse-siblings-then",

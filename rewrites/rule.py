@@ -9,13 +9,21 @@
     )
 
 `lhs`, `rhs` and `guard` are called with keyword arguments taken from `variables` by parameter
-name; a guard may use variables the left side does not bind only if the guard binds them first
-(egglog facts such as `base_of(a, c)`), and the right side may not (checked when built).
+name (parameters with a default value are constants of the definition, not variables); a guard
+may use variables the left side does not bind only if the guard binds them first (egglog facts
+such as `base_of(a, c)` or `eq(s).to(shape_of(x))`), and the right side may not (checked when
+built).
+
+`finite_only` marks an identity that holds only where every value the left side computes
+(inputs, intermediates, result) is finite; any other identity holds for inf and nan as well.
+Both kinds are used by the optimizer (DESIGN §9: the contract is on finite inputs); the flag
+states the domain, and the soundness tests feed inf and nan only to identities without it.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,8 +34,14 @@ from egglog.egraph import FactLike
 from eqsat.terms import sort_of
 
 
+KEBAB_CASE = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+
+
 def _parameters(fn: Callable[..., Any]) -> list[str]:
-    return list(inspect.signature(fn).parameters)
+    """The variables `fn` reads: its parameters without a default value."""
+    return [
+        p.name for p in inspect.signature(fn).parameters.values() if p.default is p.empty
+    ]
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,10 @@ class Identity:
     tags: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
+        if not KEBAB_CASE.fullmatch(self.name):
+            raise ValueError(f"rule {self.name!r}: the name must be kebab-case")
+        if "\n" in self.identity or (self.guard is not None and self.guard_text == "none"):
+            raise ValueError(f"rule {self.name}: one identity line, and a guard states its text")
         bound = set(_parameters(self.lhs)) | set(_parameters(self.guard) if self.guard else [])
         unbound = set(_parameters(self.rhs)) - bound
         if unbound:
@@ -55,14 +73,23 @@ class Identity:
         """Apply lhs, rhs or guard to the values of the variables it names."""
         return fn(**{p: values[p] for p in _parameters(fn)})
 
-    def egglog_rule(self) -> RewriteOrRule:
-        """`lhs -> rhs` under the guard, named so run reports can count its matches."""
+    def egglog_rule(self, probe: Callable[[Any], Any] | None = None) -> RewriteOrRule:
+        """`lhs -> rhs` under the guard, named so run reports can count its matches.
+
+        With `probe` (a test hook: an unextractable constructor of the lhs sort), the rule
+        leaves the left side's e-class alone and records the right side as `probe(lhs)`
+        instead, so a test can read back the right side the rule builds, guard-bound
+        variables included.
+        """
         pattern: dict[str, Any] = {name: var(name, sort) for name, sort in self.variables.items()}
         guard = self.call(self.guard, pattern) if self.guard else []
         lhs = self.call(self.lhs, pattern)
+        rhs = self.call(self.rhs, pattern)
         root = var("matched_root", sort_of(lhs))
-        return rule(eq(root).to(lhs), *guard, name=self.name).then(
-            union(root).with_(self.call(self.rhs, pattern))
+        if probe is None:
+            return rule(eq(root).to(lhs), *guard, name=self.name).then(union(root).with_(rhs))
+        return rule(eq(root).to(lhs), *guard, name=f"{self.name}-probe").then(
+            union(probe(root)).with_(rhs)
         )
 
     def describe(self) -> str:
