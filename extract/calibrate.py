@@ -1,0 +1,287 @@
+"""Measure this machine's peaks: flops per dtype and triad bandwidth per memory level.
+
+    machine = calibrated_host()          # host() with .calibration filled in
+    machine.calibration.peak_flops["float32"][machine.cores]    # flop/s on all cores
+
+One small C library (built by `backend_c.build.build_library`) holds the two measuring kernels:
+- `calib_fma_<dtype>`: per thread, CHAINS independent chains `acc = acc * m + c` of the widest
+  vectors the ISA has (FMA latency x FMA units is 8 on this machine, so 12 chains keep both busy);
+- `calib_triad`: `a = b + s * c` on float32 vectors, each thread repeating its own slice, so the
+  slice stays in the cache level it was sized for: half of L1, L2 (per core) or L3 (shared),
+  and 4x L3 for DRAM.
+Each figure is the best of a few timed calls of at least MIN_CALL_SECONDS: peaks, not averages.
+Measured on the design machine (AMD EPYC, AVX-512, 2 cores), the whole run takes ~2.5 s.
+
+The result is cached as JSON in `cache_dir()/calibration-<key>.json`, the key hashing the CPU
+model, its flags, the compiler flags, the Machine's fields and CALIBRATION_VERSION; a missing,
+stale or corrupt file is measured again (under a file lock, so concurrent processes measure once).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from backend_c.build import Library, build_library, cache_dir
+from backend_c.isa import GCC_FLAGS
+from extract.machine import (
+    DTYPES,
+    MEMORY_LEVELS,
+    Calibration,
+    Machine,
+    cpu_flags,
+    cpu_model,
+    host,
+)
+
+# Bump when the kernels or the way they are timed change: cached figures are then re-measured.
+CALIBRATION_VERSION = 1
+CHAINS = 12
+MIN_CALL_SECONDS = 0.02
+TIMED_CALLS = 5
+_PAD_FLOATS = 64  # between the triad arrays, so that a[i], b[i], c[i] differ in their low bits
+_C_TYPES = {"float32": "float", "float64": "double"}
+
+_CDEF = """
+double calib_fma_float32(int64_t iterations, int threads);
+double calib_fma_float64(int64_t iterations, int threads);
+void calib_triad(float *a, const float *b, const float *c, int64_t n, int64_t reps,
+                 int threads);
+"""
+
+_FMA_TEMPLATE = """
+typedef {ctype} vec_{dtype} __attribute__((vector_size({vector_bytes})));
+
+double calib_fma_{dtype}(int64_t iterations, int threads) {{
+    double checksum = 0.0;
+    #pragma omp parallel num_threads(threads) reduction(+ : checksum)
+    {{
+        const vec_{dtype} zero = {{0}};
+        const vec_{dtype} m = zero + ({ctype})0.999999, c = zero + ({ctype})0.001;
+        vec_{dtype} acc[{chains}];
+        for (int k = 0; k < {chains}; ++k) acc[k] = zero + ({ctype})(k + omp_get_thread_num());
+        for (int64_t i = 0; i < iterations; ++i)
+            for (int k = 0; k < {chains}; ++k) acc[k] = acc[k] * m + c;
+        for (int k = 0; k < {chains}; ++k)
+            for (int lane = 0; lane < {lanes}; ++lane) checksum += acc[k][lane];
+    }}
+    return checksum;
+}}
+"""
+
+_TRIAD_TEMPLATE = """
+void calib_triad(float *a, const float *b, const float *c, int64_t n, int64_t reps,
+                 int threads) {{
+    #pragma omp parallel num_threads(threads)
+    {{
+        const int64_t vectors = n / {lanes}, t = omp_get_thread_num(), nt = omp_get_num_threads();
+        const int64_t lo = vectors * t / nt, hi = vectors * (t + 1) / nt;
+        vec_float32 *va = (vec_float32 *)a;
+        const vec_float32 *vb = (const vec_float32 *)b, *vc = (const vec_float32 *)c;
+        const vec_float32 zero = {{0}}, s = zero + 3.0f;
+        for (int64_t r = 0; r < reps; ++r) {{
+            #pragma GCC unroll 4
+            for (int64_t i = lo; i < hi; ++i) va[i] = vb[i] + s * vc[i];
+            __asm__ volatile("" ::: "memory");  /* every repetition really loads and stores */
+        }}
+    }}
+}}
+"""
+
+
+def calibration_source(machine: Machine) -> str:
+    """The C source of the measuring kernels for `machine`'s ISA (see the module doc)."""
+    parts = ["#include <stdint.h>\n#include <omp.h>\n"]
+    for dtype in DTYPES:
+        lanes = machine.lanes(dtype)
+        parts.append(
+            _FMA_TEMPLATE.format(
+                dtype=dtype,
+                ctype=_C_TYPES[dtype],
+                lanes=lanes,
+                vector_bytes=lanes * np.dtype(dtype).itemsize,
+                chains=CHAINS,
+            )
+        )
+    parts.append(_TRIAD_TEMPLATE.format(lanes=machine.lanes("float32")))
+    return "".join(parts)
+
+
+def _flags(machine: Machine) -> tuple[str, ...]:
+    # -std=c11 turns off FMA contraction; the chains must compile to FMA instructions.
+    return (*GCC_FLAGS[machine.isa], "-ffp-contract=fast")
+
+
+def thread_counts(machine: Machine) -> tuple[int, ...]:
+    """The thread counts a calibration measures: 1 and all cores."""
+    return tuple(sorted({1, machine.cores}))
+
+
+def _best_rate(run: Callable[[int], object], work_per_rep: float) -> float:
+    """Best rate (work per second) of `run(reps)`, reps grown until a call takes MIN_CALL_SECONDS.
+
+    The shorter calls on the way warm up caches and OpenMP's threads; their times are not kept.
+    """
+    reps = 1
+    while True:
+        start = time.perf_counter()
+        run(reps)
+        seconds = time.perf_counter() - start
+        if seconds >= MIN_CALL_SECONDS:
+            break
+        reps = max(2 * reps, int(reps * 1.2 * MIN_CALL_SECONDS / max(seconds, 1e-7)))
+    for _ in range(TIMED_CALLS - 1):
+        start = time.perf_counter()
+        run(reps)
+        seconds = min(seconds, time.perf_counter() - start)
+    return work_per_rep * reps / seconds
+
+
+def _aligned_floats(count: int) -> np.ndarray:
+    """`count` float32 ones starting on a 64-byte boundary."""
+    raw = np.empty(count + 16, dtype=np.float32)
+    offset = (-raw.ctypes.data % 64) // 4
+    buffer = raw[offset : offset + count]
+    buffer.fill(1.0)
+    return buffer
+
+
+def _triad_floats(machine: Machine, level: str, threads: int) -> int:
+    """Elements per triad array so that the three arrays fill half of `level` (4x L3 for DRAM).
+
+    L1 and L2 are per core (each thread gets half of its own); L3 is shared. The count is a
+    multiple of 64, so every thread's slice is whole vectors and the arrays stay 64-byte aligned.
+    """
+    total_bytes = {
+        "L1": threads * machine.l1_bytes // 2,
+        "L2": threads * machine.l2_bytes // 2,
+        "L3": machine.l3_bytes // 2,
+        "DRAM": 4 * machine.l3_bytes,
+    }[level]
+    return max(64, total_bytes // (3 * 4) // 64 * 64)
+
+
+def measure(machine: Machine) -> Calibration:
+    """Run the measuring kernels now (about 2.5 s on the design machine) and return the figures.
+
+    It requires: `machine` describes the CPU this process runs on (its ISA level, cores and
+    cache sizes size the kernels).
+    """
+    start = time.perf_counter()
+    library = build_library(calibration_source(machine), _CDEF, _flags(machine))
+    counts = thread_counts(machine)
+    peak_flops = {
+        dtype: {threads: _fma_rate(library, machine, dtype, threads) for threads in counts}
+        for dtype in DTYPES
+    }
+    largest = max(_triad_floats(machine, "DRAM", threads) for threads in counts)
+    buffer = _aligned_floats(3 * (largest + _PAD_FLOATS))
+    bandwidth = {
+        level: {
+            threads: _triad_rate(library, buffer, _triad_floats(machine, level, threads), threads)
+            for threads in counts
+        }
+        for level in MEMORY_LEVELS
+    }
+    return Calibration(peak_flops, bandwidth, time.perf_counter() - start)
+
+
+def _fma_rate(library: Library, machine: Machine, dtype: str, threads: int) -> float:
+    """Flop/s of the FMA chains of `dtype` on `threads` threads."""
+    function = getattr(library.lib, f"calib_fma_{dtype}")
+    flops_per_iteration = 2.0 * CHAINS * machine.lanes(dtype) * threads
+    return _best_rate(lambda iterations: function(iterations, threads), flops_per_iteration)
+
+
+def _triad_rate(library: Library, buffer: np.ndarray, n: int, threads: int) -> float:
+    """Bytes/s of the triad on three `n`-element arrays carved out of `buffer`."""
+    ffi, stride = library.ffi, n + _PAD_FLOATS
+    a, b, c = (ffi.from_buffer("float[]", buffer[k * stride : k * stride + n]) for k in range(3))
+    return _best_rate(lambda reps: library.lib.calib_triad(a, b, c, n, reps, threads), 12.0 * n)
+
+
+def calibration_key(machine: Machine) -> str:
+    """What the cached figures depend on: CPU model and flags, compiler flags, the Machine."""
+    parts = [
+        CALIBRATION_VERSION,
+        cpu_model(),
+        sorted(cpu_flags()),
+        list(_flags(machine)),
+        asdict(replace(machine, calibration=None)),
+    ]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def calibrated(
+    machine: Machine, measure: Callable[[Machine], Calibration] = measure
+) -> Calibration:
+    """The cached calibration of `machine`, measured (and cached) first if there is none.
+
+    It requires: as `measure`. A cache file that is unreadable, corrupt, or incomplete for
+    `machine` (dtypes, levels, thread counts; every figure finite and positive) is measured again.
+    """
+    key = calibration_key(machine)
+    path = cache_dir() / f"calibration-{key}.json"
+    cached = _read(path, key, machine)
+    if cached is not None:
+        return cached
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        cached = _read(path, key, machine)  # another process may have measured meanwhile
+        if cached is None:
+            cached = measure(machine)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"key": key, "cpu": cpu_model(), **asdict(cached)}))
+            os.replace(tmp, path)
+    return cached
+
+
+def calibrated_host() -> Machine:
+    """`host()` with its calibration (measured on the first call on this machine, then cached)."""
+    machine = host()
+    return replace(machine, calibration=calibrated(machine))
+
+
+def _read(path: Path, key: str, machine: Machine) -> Calibration | None:
+    """The calibration stored at `path` for `key`, or None if it is missing, corrupt or stale."""
+    try:
+        data = json.loads(path.read_text())
+        if data["key"] != key:
+            return None
+        calibration = Calibration(
+            _figures(data["peak_flops"]), _figures(data["bandwidth"]), float(data["seconds"])
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    threads = set(thread_counts(machine))
+    tables = ((calibration.peak_flops, DTYPES), (calibration.bandwidth, MEMORY_LEVELS))
+    complete = all(
+        set(table) == set(names) and all(set(row) == threads for row in table.values())
+        for table, names in tables
+    )
+    return calibration if complete else None
+
+
+def _figures(table: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[int, float]]:
+    """JSON's {"name": {"threads": value}} as {name: {threads: value}}.
+
+    Raises ValueError (or TypeError, AttributeError on a wrong structure) unless every value is
+    a finite positive number.
+    """
+    figures = {
+        str(name): {int(threads): float(value) for threads, value in row.items()}
+        for name, row in table.items()
+    }
+    if not all(0 < value < math.inf for row in figures.values() for value in row.values()):
+        raise ValueError("calibration figures must be finite and positive")
+    return figures

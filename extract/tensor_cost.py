@@ -1,0 +1,76 @@
+"""The stage-1 cost model: flops first, bytes moved to break ties (a pure function of a term).
+
+Stage 1 chooses among algebraic forms before any loop exists, so it counts work, not time:
+
+- flops: a matmul (..., m, k) @ (..., k, n) costs 2·m·k·n per batch element; an elementwise op
+  one flop per result element, a math function or a division as many as the cycles the stage-2
+  model charges it (`extract.loop_cost`); a reduction one per input element; layout ops
+  (transpose, broadcast, reshape) none.
+- bytes: every op reads its tensor operands and writes its result, `bytes_per_element` each.
+
+cost = flops + BYTE_WEIGHT · bytes. Below 4 GiB of traffic the byte term is under one flop, and
+flop counts are whole numbers, so a form with fewer flops always wins and bytes only decide
+between forms of equal flops (which transpose to keep, whether to materialize a broadcast).
+Extraction sums the costs over the tree, so the cheapest bracketing of a matrix chain is the
+one with the fewest flops: the classical matrix-chain optimum.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from eqsat import shapes
+from eqsat.shapes import Shape
+from eqsat.terms import Arg, Term
+from extract.loop_cost import BINARY_CYCLES, UNARY_CYCLES
+
+BYTE_WEIGHT = 2.0**-32
+LAYOUT_OPS = ("TExpr.transpose", "TExpr.broadcast", "TExpr.reshape")
+
+
+@dataclass(frozen=True)
+class TensorCost:
+    """Stage-1 cost of one node given its children's costs (`extract.extractor.NodeCost`).
+
+    It requires: `children` are the node's arguments, tensor children as well-shaped terms.
+    """
+
+    bytes_per_element: int = 4
+    _shapes: dict[Term, Shape] = field(default_factory=dict, compare=False, repr=False)
+
+    def __call__(self, op: str, children: Sequence[Arg], child_costs: Sequence[float]) -> float:
+        flops, moved = self.work(op, children)
+        return flops + BYTE_WEIGHT * moved + sum(child_costs)
+
+    def work(self, op: str, children: Sequence[Arg]) -> tuple[float, float]:
+        """(flops, bytes) of one node, not counting its children's own work."""
+        if op in ("TExpr.input", "TExpr.const"):
+            return 0.0, 0.0
+        operands = [self.shape(c) for c in children if isinstance(c, Term)]
+        size = math.prod(self.shape(Term(op, tuple(children))))
+        moved = self.bytes_per_element * (size + sum(math.prod(s) for s in operands))
+        if op == "TExpr.matmul":
+            return 2.0 * size * operands[0][-1], moved
+        if op == "TExpr.reduce":
+            return float(math.prod(operands[0])), moved
+        if op in LAYOUT_OPS:
+            return 0.0, moved
+        name = str(children[0])
+        per_element = UNARY_CYCLES.get(name, 1.0) if op == "TExpr.unary" else 1.0
+        if op == "TExpr.binary":
+            per_element = BINARY_CYCLES.get(name, 1.0)
+        return per_element * size, moved
+
+    def shape(self, term: Term) -> Shape:
+        """The shape of `term`, from its children's cached shapes (one level of inference)."""
+        if term not in self._shapes:
+            shallow = tuple(
+                Term("TExpr.input", ("child", self.shape(c), "float32"))
+                if isinstance(c, Term)
+                else c
+                for c in term.args
+            )
+            self._shapes[term] = shapes.infer(Term(term.op, shallow))
+        return self._shapes[term]

@@ -1,0 +1,286 @@
+"""Identities of the elementwise ops: + - * /, neg, exp/log, relu/max/min, constant folding.
+
+Every identity holds with numpy broadcasting: when the left side is well-shaped, the right side
+is too and has its shape. The frontend spells integer powers as products (x**2 is x*x, x**-1 is
+1/x), so they need no rule of their own.
+"""
+
+from __future__ import annotations
+
+from egglog import Vec, f64, i64, ne
+
+from eqsat.terms import TExpr
+from rewrites.algebra_facts import few_operands, has_shape, single_operand
+from rewrites.rule import Identity
+
+X = {"x": TExpr}
+XY = {"x": TExpr, "y": TExpr}
+XYZ = {"x": TExpr, "y": TExpr, "z": TExpr}
+XS = {"x": TExpr, "s": Vec[i64]}
+AB = {"a": f64, "b": f64}
+NONZERO_RECIPROCAL = "1e-30 <= |c| <= 1e30 (1/c is a normal number in float32)"
+
+
+def add(a: TExpr, b: TExpr) -> TExpr:
+    return TExpr.binary("add", a, b)
+
+
+def sub(a: TExpr, b: TExpr) -> TExpr:
+    return TExpr.binary("sub", a, b)
+
+
+def mul(a: TExpr, b: TExpr) -> TExpr:
+    return TExpr.binary("mul", a, b)
+
+
+def const(value: f64 | float) -> TExpr:
+    return TExpr.const(value)
+
+
+def zeros(shape: Vec[i64]) -> TExpr:
+    """A tensor of zeros of `shape` (a no-op broadcast for rank 0, which broadcast-noop drops)."""
+    return TExpr.broadcast(const(0.0), shape)
+
+
+ARITHMETIC = (
+    Identity("add-comm", "x + y -> y + x", XY, lambda x, y: add(x, y), lambda x, y: add(y, x)),
+    Identity(
+        "add-assoc",
+        "(x + y) + z -> x + (y + z)",
+        XYZ,
+        lambda x, y, z: add(add(x, y), z),
+        lambda x, y, z: add(x, add(y, z)),
+        guard=lambda x, y, z: few_operands("add", x, y, z),
+        guard_text="x, y, z hold at most AC_MAX_OPERANDS operands of + in all",
+    ),
+    Identity("add-zero", "x + 0 -> x", X, lambda x: add(x, const(0.0)), lambda x: x),
+    Identity("sub-zero", "x - 0 -> x", X, lambda x: sub(x, const(0.0)), lambda x: x),
+    Identity(
+        "zero-sub", "0 - x -> -x", X, lambda x: sub(const(0.0), x), lambda x: TExpr.unary("neg", x)
+    ),
+    Identity(
+        "sub-self",
+        "x - x -> zeros(shape(x))",
+        XS,
+        lambda x: sub(x, x),
+        lambda s: zeros(s),
+        guard=lambda x, s: has_shape(x, s),
+        guard_text="s = shape(x)",
+        finite_only=True,
+    ),
+    Identity(
+        "add-neg",
+        "x + (-y) -> x - y",
+        XY,
+        lambda x, y: add(x, TExpr.unary("neg", y)),
+        lambda x, y: sub(x, y),
+    ),
+    Identity(
+        "sub-neg",
+        "x - (-y) -> x + y",
+        XY,
+        lambda x, y: sub(x, TExpr.unary("neg", y)),
+        lambda x, y: add(x, y),
+    ),
+    Identity("mul-comm", "x * y -> y * x", XY, lambda x, y: mul(x, y), lambda x, y: mul(y, x)),
+    Identity(
+        "mul-assoc",
+        "(x * y) * z -> x * (y * z)",
+        XYZ,
+        lambda x, y, z: mul(mul(x, y), z),
+        lambda x, y, z: mul(x, mul(y, z)),
+        guard=lambda x, y, z: few_operands("mul", x, y, z),
+        guard_text="x, y, z hold at most AC_MAX_OPERANDS operands of * in all",
+    ),
+    Identity("mul-one", "x * 1 -> x", X, lambda x: mul(x, const(1.0)), lambda x: x),
+    Identity(
+        "mul-neg-one",
+        "x * -1 -> -x",
+        X,
+        lambda x: mul(x, const(-1.0)),
+        lambda x: TExpr.unary("neg", x),
+    ),
+    Identity(
+        "mul-zero",
+        "x * 0 -> zeros(shape(x))",
+        XS,
+        lambda x: mul(x, const(0.0)),
+        lambda s: zeros(s),
+        guard=lambda x, s: has_shape(x, s),
+        guard_text="s = shape(x)",
+        finite_only=True,
+    ),
+    Identity(
+        "div-const",
+        "x / c -> x * (1/c)",
+        {"x": TExpr, "c": f64},
+        lambda x, c: TExpr.binary("div", x, const(c)),
+        lambda x, c: mul(x, const(f64(1.0) / c)),
+        guard=lambda c: [abs(c) >= 1e-30, abs(c) <= 1e30],
+        guard_text=NONZERO_RECIPROCAL,
+    ),
+    Identity(
+        "neg-neg",
+        "-(-x) -> x",
+        X,
+        lambda x: TExpr.unary("neg", TExpr.unary("neg", x)),
+        lambda x: x,
+    ),
+)
+
+# Factoring never adds flops; distributing exposes matmul chains and sums to other rules.
+DISTRIBUTIVE = tuple(
+    identity
+    for op, sign in (("add", "+"), ("sub", "-"))
+    for identity in (
+        Identity(
+            f"factor-mul-{op}",
+            f"x*z {sign} y*z -> (x {sign} y)*z",
+            XYZ,
+            lambda x, y, z, op=op: TExpr.binary(op, mul(x, z), mul(y, z)),
+            lambda x, y, z, op=op: mul(TExpr.binary(op, x, y), z),
+            finite_only=True,
+        ),
+        Identity(
+            f"distribute-mul-{op}",
+            f"(x {sign} y)*z -> x*z {sign} y*z",
+            XYZ,
+            lambda x, y, z, op=op: mul(TExpr.binary(op, x, y), z),
+            lambda x, y, z, op=op: TExpr.binary(op, mul(x, z), mul(y, z)),
+            guard=lambda x, y, z: [*few_operands("add", x, y), *single_operand("add", z)],
+            guard_text="x, y hold at most AC_MAX_OPERANDS operands of +; z is not a sum",
+            finite_only=True,
+        ),
+    )
+)
+
+TRANSCENDENTAL = (
+    Identity(
+        "exp-add",
+        "exp(x) * exp(y) -> exp(x + y)",
+        XY,
+        lambda x, y: mul(TExpr.unary("exp", x), TExpr.unary("exp", y)),
+        lambda x, y: TExpr.unary("exp", add(x, y)),
+        finite_only=True,
+    ),
+    Identity(
+        "exp-sub",
+        "exp(x) / exp(y) -> exp(x - y)",
+        XY,
+        lambda x, y: TExpr.binary("div", TExpr.unary("exp", x), TExpr.unary("exp", y)),
+        lambda x, y: TExpr.unary("exp", sub(x, y)),
+        finite_only=True,
+    ),
+    Identity(
+        "log-exp",
+        "log(exp(x)) -> x",
+        X,
+        lambda x: TExpr.unary("log", TExpr.unary("exp", x)),
+        lambda x: x,
+        finite_only=True,
+    ),
+)
+
+MAX_MIN = (
+    Identity(
+        "relu-idempotent",
+        "relu(relu(x)) -> relu(x)",
+        X,
+        lambda x: TExpr.unary("relu", TExpr.unary("relu", x)),
+        lambda x: TExpr.unary("relu", x),
+    ),
+    Identity(
+        "relu-as-max",
+        "relu(x) -> max(x, 0)",
+        X,
+        lambda x: TExpr.unary("relu", x),
+        lambda x: TExpr.binary("max", x, const(0.0)),
+    ),
+    Identity(
+        "max-zero-as-relu",
+        "max(x, 0) -> relu(x)",
+        X,
+        lambda x: TExpr.binary("max", x, const(0.0)),
+        lambda x: TExpr.unary("relu", x),
+    ),
+    *(
+        identity
+        for op in ("max", "min")
+        for identity in (
+            Identity(
+                f"{op}-comm",
+                f"{op}(x, y) -> {op}(y, x)",
+                XY,
+                lambda x, y, op=op: TExpr.binary(op, x, y),
+                lambda x, y, op=op: TExpr.binary(op, y, x),
+            ),
+            Identity(
+                f"{op}-self",
+                f"{op}(x, x) -> x",
+                X,
+                lambda x, op=op: TExpr.binary(op, x, x),
+                lambda x: x,
+            ),
+        )
+    ),
+)
+
+# f64 arithmetic in egglog is float64's; a float32 program rounds the folded constant once.
+CONSTANT_FOLDING = (
+    *(
+        Identity(
+            f"fold-{op}",
+            f"const(a) {sign} const(b) -> const(a {sign} b)",
+            AB,
+            lambda a, b, op=op: TExpr.binary(op, const(a), const(b)),
+            lambda a, b, fold=fold: const(fold(a, b)),
+        )
+        for op, sign, fold in (
+            ("add", "+", lambda a, b: a + b),
+            ("sub", "-", lambda a, b: a - b),
+            ("mul", "*", lambda a, b: a * b),
+        )
+    ),
+    Identity(
+        "fold-div",
+        "const(a) / const(b) -> const(a / b)",
+        AB,
+        lambda a, b: TExpr.binary("div", const(a), const(b)),
+        lambda a, b: const(a / b),
+        guard=lambda b: [ne(b).to(f64(0.0))],
+        guard_text="b != 0",
+    ),
+    # egglog's f64 max/min ignore a NaN operand where numpy propagates it
+    *(
+        Identity(
+            f"fold-{op}",
+            f"{op}(const(a), const(b)) -> const({op}(a, b))",
+            AB,
+            lambda a, b, op=op: TExpr.binary(op, const(a), const(b)),
+            lambda a, b, fold=fold: const(fold(a, b)),
+            finite_only=True,
+        )
+        for op, fold in (("max", lambda a, b: a.max(b)), ("min", lambda a, b: a.min(b)))
+    ),
+    Identity(
+        "fold-neg", "-const(a) -> const(-a)", {"a": f64}, lambda a: TExpr.unary("neg", const(a)),
+        lambda a: const(-a),
+    ),
+    Identity(
+        "fold-abs",
+        "abs(const(a)) -> const(|a|)",
+        {"a": f64},
+        lambda a: TExpr.unary("abs", const(a)),
+        lambda a: const(abs(a)),
+    ),
+    Identity(
+        "fold-relu",
+        "relu(const(a)) -> const(max(a, 0))",
+        {"a": f64},
+        lambda a: TExpr.unary("relu", const(a)),
+        lambda a: const(a.max(0.0)),
+        finite_only=True,
+    ),
+)
+
+IDENTITIES = ARITHMETIC + DISTRIBUTIVE + TRANSCENDENTAL + MAX_MIN + CONSTANT_FOLDING

@@ -1,0 +1,174 @@
+"""Identities of matmul: chain order, factoring and distributing, scalars, transposes.
+
+`TExpr.matmul` multiplies (..., m, k) by (..., k, n) with equal batch dims. Associativity in both
+directions puts every bracketing of a chain in the e-graph (O(n^3) nodes for n matrices); the
+stage-1 cost then picks the order with the fewest flops.
+"""
+
+from __future__ import annotations
+
+from egglog import Vec, eq, i64
+from egglog.egraph import FactLike
+
+from eqsat.terms import TExpr
+from rewrites.algebra_elementwise import XYZ, mul
+from rewrites.algebra_facts import few_operands, is_scalar, same_shape, single_operand
+from rewrites.rule import Identity
+
+XYC = {"x": TExpr, "y": TExpr, "c": TExpr}
+XYP = {"x": TExpr, "y": TExpr, "p": Vec[i64]}
+
+
+def matmul(a: TExpr, b: TExpr) -> TExpr:
+    return TExpr.matmul(a, b)
+
+
+def swaps_last_two(perm: Vec[i64]) -> list[FactLike]:
+    """Guard: `perm` is (0, 1, ..., r-3, r-1, r-2), the matrix transpose of a batch."""
+    rank = perm.length()
+    return [
+        eq(perm.pop().pop()).to((rank - 2).range()),
+        eq(perm[rank - 1]).to(rank - 2),
+        eq(perm[rank - 2]).to(rank - 1),
+    ]
+
+
+CHAINS = (
+    Identity(
+        "matmul-assoc-right",
+        "(x@y)@z -> x@(y@z)",
+        XYZ,
+        lambda x, y, z: matmul(matmul(x, y), z),
+        lambda x, y, z: matmul(x, matmul(y, z)),
+    ),
+    Identity(
+        "matmul-assoc-left",
+        "x@(y@z) -> (x@y)@z",
+        XYZ,
+        lambda x, y, z: matmul(x, matmul(y, z)),
+        lambda x, y, z: matmul(matmul(x, y), z),
+    ),
+)
+
+# x@y ± x@z: the two products share m and k, so only n can broadcast (a column of 1), and a
+# broadcast column commutes with the product; factoring needs no guard. Distributing does: y and
+# z must each be a valid right operand of x on their own.
+DISTRIBUTIVE = tuple(
+    identity
+    for op, sign in (("add", "+"), ("sub", "-"))
+    for identity in (
+        Identity(
+            f"factor-matmul-left-{op}",
+            f"x@y {sign} x@z -> x@(y {sign} z)",
+            XYZ,
+            lambda x, y, z, op=op: TExpr.binary(op, matmul(x, y), matmul(x, z)),
+            lambda x, y, z, op=op: matmul(x, TExpr.binary(op, y, z)),
+            finite_only=True,
+        ),
+        Identity(
+            f"factor-matmul-right-{op}",
+            f"y@x {sign} z@x -> (y {sign} z)@x",
+            XYZ,
+            lambda x, y, z, op=op: TExpr.binary(op, matmul(y, x), matmul(z, x)),
+            lambda x, y, z, op=op: matmul(TExpr.binary(op, y, z), x),
+            finite_only=True,
+        ),
+        Identity(
+            f"distribute-matmul-left-{op}",
+            f"x@(y {sign} z) -> x@y {sign} x@z",
+            XYZ,
+            lambda x, y, z, op=op: matmul(x, TExpr.binary(op, y, z)),
+            lambda x, y, z, op=op: TExpr.binary(op, matmul(x, y), matmul(x, z)),
+            guard=lambda x, y, z: [
+                *same_shape(y, z),
+                *few_operands("add", y, z),
+                *single_operand("add", x),
+            ],
+            guard_text="shape(y) = shape(z); y, z hold at most AC_MAX_OPERANDS operands of +; "
+            "x is not a sum",
+            finite_only=True,
+        ),
+        Identity(
+            f"distribute-matmul-right-{op}",
+            f"(y {sign} z)@x -> y@x {sign} z@x",
+            XYZ,
+            lambda x, y, z, op=op: matmul(TExpr.binary(op, y, z), x),
+            lambda x, y, z, op=op: TExpr.binary(op, matmul(y, x), matmul(z, x)),
+            guard=lambda x, y, z: [
+                *same_shape(y, z),
+                *few_operands("add", y, z),
+                *single_operand("add", x),
+            ],
+            guard_text="shape(y) = shape(z); y, z hold at most AC_MAX_OPERANDS operands of +; "
+            "x is not a sum",
+            finite_only=True,
+        ),
+    )
+)
+
+# A rank-0 factor can scale whichever operand (or the result) is smallest.
+SCALARS = (
+    Identity(
+        "matmul-scalar-out-left",
+        "(x*c)@y -> (x@y)*c",
+        XYC,
+        lambda x, y, c: matmul(mul(x, c), y),
+        lambda x, y, c: mul(matmul(x, y), c),
+        guard=lambda c: is_scalar(c),
+        guard_text="c has rank 0",
+        finite_only=True,
+    ),
+    Identity(
+        "matmul-scalar-out-right",
+        "x@(y*c) -> (x@y)*c",
+        XYC,
+        lambda x, y, c: matmul(x, mul(y, c)),
+        lambda x, y, c: mul(matmul(x, y), c),
+        guard=lambda c: is_scalar(c),
+        guard_text="c has rank 0",
+        finite_only=True,
+    ),
+    Identity(
+        "matmul-scalar-in-left",
+        "(x@y)*c -> (x*c)@y",
+        XYC,
+        lambda x, y, c: mul(matmul(x, y), c),
+        lambda x, y, c: matmul(mul(x, c), y),
+        guard=lambda c: is_scalar(c),
+        guard_text="c has rank 0",
+        finite_only=True,
+    ),
+    Identity(
+        "matmul-scalar-in-right",
+        "(x@y)*c -> x@(y*c)",
+        XYC,
+        lambda x, y, c: mul(matmul(x, y), c),
+        lambda x, y, c: matmul(x, mul(y, c)),
+        guard=lambda c: is_scalar(c),
+        guard_text="c has rank 0",
+        finite_only=True,
+    ),
+)
+
+TRANSPOSES = (
+    Identity(
+        "transpose-matmul",
+        "(x@y)^T -> y^T @ x^T",
+        XYP,
+        lambda x, y, p: TExpr.transpose(matmul(x, y), p),
+        lambda x, y, p: matmul(TExpr.transpose(y, p), TExpr.transpose(x, p)),
+        guard=lambda p: swaps_last_two(p),
+        guard_text="p swaps the last two axes (^T below)",
+    ),
+    Identity(
+        "matmul-of-transposes",
+        "y^T @ x^T -> (x@y)^T",
+        XYP,
+        lambda x, y, p: matmul(TExpr.transpose(y, p), TExpr.transpose(x, p)),
+        lambda x, y, p: TExpr.transpose(matmul(x, y), p),
+        guard=lambda p: swaps_last_two(p),
+        guard_text="p swaps the last two axes (^T)",
+    ),
+)
+
+IDENTITIES = CHAINS + DISTRIBUTIVE + SCALARS + TRANSPOSES

@@ -1,0 +1,171 @@
+"""Identities of the reductions: sums commute with sums, scalars, broadcasts and matmul.
+
+`TExpr.reduce(op, axis, x)` removes `axis` from x's shape. A sum over an axis that a factor does
+not vary along is taken before multiplying (fewer flops); a sum over a matmul's output axis is a
+matrix-vector product.
+"""
+
+from __future__ import annotations
+
+from egglog import String, Vec, eq, f64, i64
+from egglog.egraph import FactLike
+
+from eqsat.terms import TExpr
+from rewrites.algebra_elementwise import const, mul
+from rewrites.algebra_facts import has_shape, same_shape, shape_of
+from rewrites.rule import Identity
+
+INTS = Vec[i64]
+
+
+def reduce(op: str | String, axis: i64, x: TExpr) -> TExpr:
+    return TExpr.reduce(op, axis, x)
+
+
+def total(axis: i64, x: TExpr) -> TExpr:
+    return TExpr.reduce("sum", axis, x)
+
+
+def invariant_along(y: TExpr, x: TExpr, axis: i64, combined: TExpr) -> list[FactLike]:
+    """Guard: `y` (right-aligned) has no dim at `axis` of `x`, and `combined` (x ∘ y) has x's
+    shape, so y is constant along `axis` and x keeps its shape."""
+    return [
+        shape_of(y).length() + axis < shape_of(x).length(),
+        eq(shape_of(combined)).to(shape_of(x)),
+    ]
+
+
+AXES = (
+    Identity(
+        "reduce-swap",
+        "reduce(reduce(x, i), j) -> reduce(reduce(x, j+1), i)",
+        {"op": String, "i": i64, "j": i64, "x": TExpr},
+        lambda op, i, j, x: reduce(op, j, reduce(op, i, x)),
+        lambda op, i, j, x: reduce(op, i, reduce(op, j + 1, x)),
+        guard=lambda i, j: [j >= i],
+        guard_text="j >= i (same op twice; the other order is the same e-class)",
+    ),
+)
+
+LINEARITY = (
+    Identity(
+        "sum-neg",
+        "sum(-x, i) -> -sum(x, i)",
+        {"i": i64, "x": TExpr},
+        lambda i, x: total(i, TExpr.unary("neg", x)),
+        lambda i, x: TExpr.unary("neg", total(i, x)),
+    ),
+    *(
+        identity
+        for op, sign in (("add", "+"), ("sub", "-"))
+        for identity in (
+            Identity(
+                f"sum-split-{op}",
+                f"sum(x {sign} y, i) -> sum(x, i) {sign} sum(y, i)",
+                {"i": i64, "x": TExpr, "y": TExpr},
+                lambda i, x, y, op=op: total(i, TExpr.binary(op, x, y)),
+                lambda i, x, y, op=op: TExpr.binary(op, total(i, x), total(i, y)),
+                guard=lambda x, y: same_shape(x, y),
+                guard_text="shape(x) = shape(y)",
+                finite_only=True,
+            ),
+            Identity(
+                f"sum-merge-{op}",
+                f"sum(x, i) {sign} sum(y, i) -> sum(x {sign} y, i)",
+                {"i": i64, "x": TExpr, "y": TExpr},
+                lambda i, x, y, op=op: TExpr.binary(op, total(i, x), total(i, y)),
+                lambda i, x, y, op=op: total(i, TExpr.binary(op, x, y)),
+                guard=lambda x, y: same_shape(x, y),
+                guard_text="shape(x) = shape(y)",
+                finite_only=True,
+            ),
+            Identity(
+                f"sum-{op}-invariant",
+                f"sum(x {sign} y, i) -> sum(x, i) {sign} y * n   (n = shape(x)[i])",
+                {"i": i64, "x": TExpr, "y": TExpr, "n": f64},
+                lambda i, x, y, op=op: total(i, TExpr.binary(op, x, y)),
+                lambda i, x, y, n, op=op: TExpr.binary(op, total(i, x), mul(y, const(n))),
+                guard=lambda i, x, y, n, op=op: [
+                    *invariant_along(y, x, i, TExpr.binary(op, x, y)),
+                    eq(n).to(f64.from_i64(shape_of(x)[i])),
+                ],
+                guard_text="y has no dim at axis i and x ∘ y has x's shape",
+                finite_only=True,
+            ),
+        )
+    ),
+    Identity(
+        "sum-mul-invariant",
+        "sum(x * y, i) -> sum(x, i) * y",
+        {"i": i64, "x": TExpr, "y": TExpr},
+        lambda i, x, y: total(i, mul(x, y)),
+        lambda i, x, y: mul(total(i, x), y),
+        guard=lambda i, x, y: invariant_along(y, x, i, mul(x, y)),
+        guard_text="y has no dim at axis i and x * y has x's shape",
+        finite_only=True,
+    ),
+)
+
+BROADCASTS = (
+    Identity(
+        "sum-broadcast",
+        "sum(broadcast(x, s), i) -> broadcast(x, s without i) * s[i]",
+        {"i": i64, "x": TExpr, "s": INTS, "t": INTS, "n": f64},
+        lambda i, x, s: total(i, TExpr.broadcast(x, s)),
+        lambda x, t, n: mul(TExpr.broadcast(x, t), const(n)),
+        guard=lambda i, x, s, t, n: [
+            shape_of(x).length() + i < s.length(),
+            eq(t).to(s.remove(i)),
+            eq(n).to(f64.from_i64(s[i])),
+        ],
+        guard_text="axis i is one the broadcast adds in front of x",
+        finite_only=True,
+    ),
+    Identity(
+        "max-broadcast",
+        "max(broadcast(x, s), i) -> broadcast(x, s without i)",
+        {"i": i64, "x": TExpr, "s": INTS, "t": INTS},
+        lambda i, x, s: reduce("max", i, TExpr.broadcast(x, s)),
+        lambda x, t: TExpr.broadcast(x, t),
+        guard=lambda i, x, s, t: [shape_of(x).length() + i < s.length(), eq(t).to(s.remove(i))],
+        guard_text="axis i is one the broadcast adds in front of x",
+    ),
+)
+
+# sum over n of x@y (..., m, n) is x @ (y summed over n), as a column; over m, likewise a row.
+MATMUL = (
+    Identity(
+        "sum-matmul-columns",
+        "sum(x@y, -1) -> reshape(x @ reshape(sum(y, -1), (..., k, 1)), (..., m))",
+        {"i": i64, "x": TExpr, "y": TExpr, "sx": INTS, "sy": INTS},
+        lambda i, x, y: total(i, TExpr.matmul(x, y)),
+        lambda i, x, y, sx, sy: TExpr.reshape(
+            TExpr.matmul(x, TExpr.reshape(total(i, y), sy.set(i, 1))), sx.remove(i)
+        ),
+        guard=lambda i, x, y, sx, sy: [
+            *has_shape(x, sx),
+            *has_shape(y, sy),
+            eq(i).to(sy.length() - 1),
+        ],
+        guard_text="i is the last axis",
+        finite_only=True,
+    ),
+    Identity(
+        "sum-matmul-rows",
+        "sum(x@y, -2) -> reshape(reshape(sum(x, -2), (..., 1, k)) @ y, (..., n))",
+        {"i": i64, "x": TExpr, "y": TExpr, "sx": INTS, "sy": INTS},
+        lambda i, x, y: total(i, TExpr.matmul(x, y)),
+        lambda i, x, y, sx, sy: TExpr.reshape(
+            TExpr.matmul(TExpr.reshape(total(i, x), sx.set(i, 1)), y), sy.remove(i)
+        ),
+        guard=lambda i, x, y, sx, sy: [
+            *has_shape(x, sx),
+            *has_shape(y, sy),
+            eq(i).to(sy.length() - 2),
+        ],
+        guard_text="i is the second-to-last axis",
+        finite_only=True,
+    ),
+)
+
+IDENTITIES = AXES + LINEARITY + BROADCASTS + MATMUL

@@ -1,0 +1,71 @@
+"""Tests of eqsat.bench: a quick in-process run writes every figure as JSON (no timing asserted)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from eqsat import bench
+from extract.machine import Machine, host
+from tests.test_calibrate import FakeMeasure
+
+
+def fake_machine() -> Machine:
+    """This host with made-up peaks (so no test waits for a calibration)."""
+    return replace(host(), calibration=FakeMeasure()(host()))
+
+
+def test_quick_bench_writes_checked_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    machine = fake_machine()
+    out = tmp_path / "bench.json"
+    argv = ["--quick", "--repeats", "3", "--only", "elementwise,softmax", "--json", str(out)]
+    assert bench.main(argv, machine) == 0
+    report = json.loads(out.read_text())
+    assert (
+        report["machine"]["calibration"]["bandwidth"]["DRAM"]["1"]
+        == (
+            machine.calibration.bandwidth["DRAM"][1]  # type: ignore[union-attr]
+        )
+    )
+    assert [w["name"] for w in report["workloads"]] == ["elementwise", "softmax"]
+    for workload in report["workloads"]:
+        assert workload["failure"] is None
+        assert workload["correct"] is True
+        assert 0 <= workload["max_error"] <= workload["tolerance"]
+        assert set(workload["seconds"]) >= {"eqsat", "numpy"}
+        assert workload["ratios"]["numpy"] > 0 and workload["peak_fraction"] > 0
+        assert workload["peak_kind"] == "DRAM" and workload["work"] > 0
+        assert workload["compile_seconds"] > 0
+        assert [s["stage"] for s in workload["stages"]] == ["algebra", "loops"]
+        assert isinstance(workload["met"], bool)
+    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert "elementwise" in rows and "softmax" in rows and "matmul" not in rows
+
+
+def test_a_wrong_kernel_is_reported_as_a_mismatch() -> None:
+    workload = replace(
+        bench.workloads(quick=True)[0], reference=lambda a, b, c: np.maximum(a * b + c, 0)
+    )  # the kernel computes relu(a*b + c)*0.5
+    result = bench.run_workload(workload, fake_machine(), 1, np.random.default_rng(0))
+    assert result.correct is False and result.max_error is not None
+    assert "MISMATCH" in bench.format_result(result)
+
+
+def test_a_failing_workload_is_reported_in_its_row() -> None:
+    workload = replace(
+        bench.workloads(quick=True)[0], program=lambda a, b, c: a @ b.reshape(64, 64)
+    )
+    result = bench.run_workload(workload, fake_machine(), 1, np.random.default_rng(0))
+    assert result.failure is not None and "ShapeError" in result.failure
+    assert "FAILED: ShapeError" in bench.format_result(result)
+
+
+def test_unknown_workload_is_a_usage_error() -> None:
+    with pytest.raises(SystemExit):
+        bench.main(["--only", "nonsense"], fake_machine())

@@ -1,0 +1,119 @@
+"""Tests of extract.calibrate: the on-disk cache of the measured peaks, and one real run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from extract.calibrate import calibrated, calibrated_host, calibration_key, thread_counts
+from extract.machine import DTYPES, MEMORY_LEVELS, Calibration, Machine
+
+MACHINE = Machine("avx512", cores=2, l1_bytes=48 << 10, l2_bytes=1 << 20, l3_bytes=32 << 20)
+
+
+class FakeMeasure:
+    """A `measure` that counts its calls and returns made-up figures for every thread count."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, machine: Machine) -> Calibration:
+        self.calls += 1
+        threads = thread_counts(machine)
+        return Calibration(
+            {dtype: {t: 1e11 * t for t in threads} for dtype in DTYPES},
+            {
+                level: {t: 1e10 * (5 - k) * t for t in threads}
+                for k, level in enumerate(MEMORY_LEVELS)
+            },
+            seconds=0.5,
+        )
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("EQSAT_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_second_call_reads_the_cache() -> None:
+    measure = FakeMeasure()
+    first = calibrated(MACHINE, measure)
+    second = calibrated(MACHINE, measure)
+    assert measure.calls == 1
+    assert second == first
+
+
+def test_a_changed_key_measures_again(cache: Path) -> None:
+    measure = FakeMeasure()
+    calibrated(MACHINE, measure)
+    other = replace(MACHINE, cores=4)
+    assert calibration_key(other) != calibration_key(MACHINE)
+    assert set(calibrated(other, measure).peak_flops["float32"]) == {1, 4}
+    assert measure.calls == 2
+    assert len(list(cache.glob("calibration-*.json"))) == 2
+
+
+def truncated(data: dict) -> str:
+    return json.dumps(data)[:40]
+
+
+def not_an_object(data: dict) -> str:
+    return "[1, 2]"
+
+
+def empty_table(data: dict) -> str:
+    return json.dumps({**data, "peak_flops": {}})
+
+
+def negative_figure(data: dict) -> str:
+    data["bandwidth"]["DRAM"]["1"] = -1.0
+    return json.dumps(data)
+
+
+def missing_thread_count(data: dict) -> str:
+    del data["peak_flops"]["float64"]["2"]
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    "corrupt", [truncated, not_an_object, empty_table, negative_figure, missing_thread_count]
+)
+def test_a_corrupt_cache_file_is_measured_again(
+    cache: Path, corrupt: Callable[[dict], str]
+) -> None:
+    measure = FakeMeasure()
+    good = calibrated(MACHINE, measure)
+    path = cache / f"calibration-{calibration_key(MACHINE)}.json"
+    path.write_text(corrupt(json.loads(path.read_text())))
+    assert calibrated(MACHINE, measure) == good
+    assert measure.calls == 2
+    assert calibrated(MACHINE, measure) == good  # the rewritten file is read back
+    assert measure.calls == 2
+
+
+def test_machine_takes_a_fake_calibration() -> None:
+    fake = FakeMeasure()(MACHINE)
+    machine = replace(MACHINE, calibration=fake)
+    assert machine.with_isa("avx2").calibration is fake
+    assert hash(machine) == hash(replace(MACHINE, calibration=fake))
+
+
+def test_host_calibration_is_positive_and_plausibly_ordered() -> None:
+    machine = calibrated_host()
+    calibration = machine.calibration
+    assert calibration is not None
+    for table in (calibration.peak_flops, calibration.bandwidth):
+        assert all(value > 0 for row in table.values() for value in row.values())
+    for threads in thread_counts(machine):
+        assert calibration.bandwidth["L1"][threads] > calibration.bandwidth["DRAM"][threads]
+        if machine.isa != "scalar":
+            assert (
+                calibration.peak_flops["float32"][threads]
+                > calibration.peak_flops["float64"][threads]
+            )
+    assert calibrated_host().calibration == calibration  # from the cache this time
