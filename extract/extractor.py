@@ -9,8 +9,10 @@ that egglog stores in the same e-classes are skipped.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +57,14 @@ class SerializedGraph:
                 continue  # an analysis function's node
             self.classes.setdefault(eclass, []).append(entry)
 
+        parents: dict[str, set[str]] = {}
+        for eclass, nodes in self.classes.items():
+            for node in nodes:
+                for child in node.children:
+                    parents.setdefault(child, set()).add(eclass)
+        # sorted, so that the extractor visits e-classes in the same order on every run
+        self.parents = {child: sorted(users) for child, users in parents.items()}
+
     @property
     def size(self) -> int:
         return sum(len(nodes) for nodes in self.classes.values())
@@ -64,24 +74,34 @@ class SerializedGraph:
 
     def extract(self, root: str, node_cost: NodeCost) -> tuple[Term, float]:
         """Cheapest term of e-class `root` under `node_cost` (must grow with child costs)."""
-        best: dict[str, tuple[float, str, Arg]] = {}
-        changed = True
-        while changed:
-            changed = False
-            for eclass, nodes in self.classes.items():
-                for node in nodes:
-                    candidate = self._evaluate(node, best, node_cost)
-                    if candidate is None:
-                        continue
-                    current = best.get(eclass)
-                    if current is None or candidate[:2] < current[:2]:
-                        best[eclass] = candidate
-                        changed = True
+        return self.extract_top(root, node_cost, 1)[0]
+
+    def extract_top(self, root: str, node_cost: NodeCost, n: int) -> list[tuple[Term, float]]:
+        """Up to `n` distinct cheapest terms of e-class `root`, cheapest first.
+
+        Every e-class keeps its `n` best candidates and a node is priced for every combination
+        of its children's candidates, so a child that is not the cheapest on its own but makes
+        its parent cheaper (a cost that is not a sum, like a roofline) is still found."""
+        best: dict[str, list[_Candidate]] = {}
+        pending = deque(self.classes)  # a worklist: an e-class is redone when a child improves
+        queued = set(pending)
+        while pending:
+            eclass = pending.popleft()
+            queued.discard(eclass)
+            found = {c.term: c for c in best.get(eclass, [])}
+            for node in self.classes[eclass]:
+                for candidate in self._candidates(node, best, node_cost):
+                    found.setdefault(candidate.term, candidate)
+            ranked = sorted(found.values(), key=lambda c: (c.cost, c.key))[:n]
+            if ranked != best.get(eclass):
+                best[eclass] = ranked
+                for parent in self.parents.get(eclass, ()):
+                    if parent not in queued:
+                        queued.add(parent)
+                        pending.append(parent)
         if root not in best:
             raise ValueError(f"e-class {root} has no finite term")
-        cost, _, term = best[root]
-        assert isinstance(term, Term)
-        return term, cost
+        return [(c.term, c.cost) for c in best[root]]  # type: ignore[misc]
 
     def extract_random(self, root: str, rng: random.Random) -> Term:
         """Some term of e-class `root`, chosen by random node weights (for soundness tests)."""
@@ -95,18 +115,31 @@ class SerializedGraph:
         return self.extract(root, cost)[0]
 
     @staticmethod
-    def _evaluate(
-        node: _Node, best: dict[str, tuple[float, str, Arg]], node_cost: NodeCost
-    ) -> tuple[float, str, Arg] | None:
+    def _candidates(
+        node: _Node, best: dict[str, list[_Candidate]], node_cost: NodeCost
+    ) -> list[_Candidate]:
+        """The node priced with every combination of its children's candidates."""
         if node.op == "literal":
-            return (0.0, node.key, node.literal)
+            return [_Candidate(0.0, node.key, node.literal)]
         if any(child not in best for child in node.children):
-            return None
-        terms = [best[child][2] for child in node.children]
-        costs = [best[child][0] for child in node.children]
-        if node.op == "Vec":
-            return (sum(costs), node.key, tuple(terms))
-        return (node_cost(node.op, terms, costs), node.key, Term(node.op, tuple(terms)))
+            return []
+        result = []
+        for choice in itertools.product(*(best[child] for child in node.children)):
+            terms = tuple(c.term for c in choice)
+            costs = [c.cost for c in choice]
+            if node.op == "Vec":
+                result.append(_Candidate(sum(costs), node.key, terms))
+            else:
+                term = Term(node.op, terms)
+                result.append(_Candidate(node_cost(node.op, terms, costs), node.key, term))
+        return result
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    cost: float
+    key: str  # the e-node's id: ties are broken by it, so extraction is deterministic
+    term: Arg
 
 
 def _parse_literal(op: str, type_name: str) -> Any:

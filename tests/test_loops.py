@@ -23,6 +23,7 @@ from eqsat.loops import register_tile
 from eqsat.saturate import Limits
 from eqsat.terms import LoopProgram, Term, index_list, to_egglog, to_term
 from extract.extractor import SerializedGraph
+from extract.loop_cost import LoopCost
 from extract.machine import Machine, host
 from rewrites.lowering import lower
 from rewrites.schedule import ROOT, schedule
@@ -191,3 +192,18 @@ def test_register_tiled_matmul_compiles_and_matches_numpy(isa: str, dtype: str) 
     xa, wa, ba = (rng.standard_normal(s).astype(dtype) for s in [(64, 96), (96, 64), (64,)])
     want = np.maximum(xa.astype(np.float64) @ wa + ba, 0)
     assert_close(kernel(xa, wa, ba), want, dtype)  # type: ignore[arg-type]
+
+
+def test_extract_top_gives_distinct_candidates_cheapest_first() -> None:
+    x = eqsat.tensor("x", (32, 16))
+    program = lowered(eqsat.softmax(x))
+    egraph, _ = schedule(program.body, AVX512, "float32", Limits())
+    graph = SerializedGraph(egraph)
+    cost = LoopCost(AVX512, "float32")
+    top = graph.extract_top(graph.root(ROOT), cost, 5)
+    assert len(top) == 5 and len({term for term, _ in top}) == 5
+    costs = [c for _, c in top]
+    assert costs == sorted(costs)
+    assert top[0][1] <= graph.extract(graph.root(ROOT), cost)[1]  # never worse than greedy
+    for term, predicted in top:
+        assert predicted == cost.estimate(term).cycles
