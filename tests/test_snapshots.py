@@ -1,0 +1,105 @@
+"""Snapshot tests of the C emitter (a pure function): fixed loop programs -> stored C files.
+
+A change to the emitted C shows up as a diff of `tests/snapshots/*.c`; review it, then run
+`EQSAT_UPDATE_SNAPSHOTS=1 python -m pytest tests/test_snapshots.py` to store the new C. Every
+snapshot is also compiled and run against the interpreter, so a stored file is known to work.
+
+The programs are hand-built (not chosen by the optimizer), so a change to the rules or the cost
+model never changes a snapshot: only a change to emission does.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import eqsat
+from backend_c.abi import prototype
+from backend_c.build import build_library
+from backend_c.emit import emit
+from backend_c.isa import GCC_FLAGS
+from backend_c.kernel import Kernel, TensorSpec
+from eqsat.interp import run
+from eqsat.terms import LoopProgram, Term, to_term
+from rewrites.lowering import lower
+from tests.programs import assert_close
+from tests.test_loops import at, inner, named, nest, outer
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+ISAS = ("avx512", "avx2", "scalar")
+
+
+def lowered(expr: eqsat.Tensor) -> LoopProgram:
+    return lower([to_term(expr.expr)])  # type: ignore[list-item]
+
+
+def register_tiled_matmul() -> LoopProgram:
+    """out0 = in0 @ in1 (16 x 24 @ 24 x 32) as 4 rows x 2 vectors register tiles over k."""
+    i, j, k = named("i0", 16), named("i1", 32), named("k", 24)
+    product = Term(
+        "Scalar.binary",
+        ("mul", Term("Scalar.load", ("in0", at(i, k))), Term("Scalar.load", ("in1", at(k, j)))),
+    )
+    init = nest(
+        [(i, "parallel", ()), (j, "vector", (8,))],
+        Term("Stmt.store", ("out0", at(i, j), Term("Scalar.const", (0.0,)))),
+    )
+    tiles = nest(
+        [
+            (outer(i, 4), "serial", ()),
+            (outer(j, 16), "serial", ()),
+            (k, "serial", ()),
+            (inner(i, 4), "unroll", (4,)),
+            (inner(j, 16), "vector", (8,)),
+        ],
+        Term("Stmt.accumulate", ("out0", at(i, j), "sum", product)),
+    )
+    return LoopProgram(
+        Term("Stmt.seq", (init, tiles)), (("x", (16, 24)), ("w", (24, 32))), ((16, 32),), "float32"
+    )
+
+
+def programs() -> dict[str, LoopProgram]:
+    x = eqsat.tensor("x", (8, 20))
+    y = eqsat.tensor("y", (20,))
+    return {
+        "elementwise": lowered(eqsat.relu(x * y + 1.5) - eqsat.exp(x)),
+        "softmax": lowered(eqsat.softmax(x)),
+        "row-max": lowered(x.max(axis=1)),
+        "matmul-tiled": register_tiled_matmul(),
+    }
+
+
+CASES = [(name, isa) for name in programs() for isa in ISAS]
+
+
+@pytest.mark.parametrize(("name", "isa"), CASES, ids=[f"{n}-{i}" for n, i in CASES])
+def test_emitted_c_matches_its_snapshot_and_runs(name: str, isa: str) -> None:
+    program = programs()[name]
+    source = emit(program, isa, "eqsat_kernel")
+    path = SNAPSHOTS / f"{name}.{isa}.c"
+    if os.environ.get("EQSAT_UPDATE_SNAPSHOTS"):
+        SNAPSHOTS.mkdir(exist_ok=True)
+        path.write_text(source)
+    assert path.exists(), f"no snapshot {path.name}; run with EQSAT_UPDATE_SNAPSHOTS=1"
+    assert source == path.read_text(), f"emitted C differs from {path.name}"
+
+    cdef = prototype("eqsat_kernel", len(program.inputs), 1, program.dtype, for_cdef=True) + ";"
+    library = build_library(path.read_text(), cdef, GCC_FLAGS[isa])
+    kernel = Kernel(
+        library,
+        "eqsat_kernel",
+        [TensorSpec(n, s) for n, s in program.inputs],
+        [TensorSpec("out0", program.outputs[0])],
+        program.dtype,
+        False,
+        source,
+        "",
+    )
+    rng = np.random.default_rng(7)
+    inputs = {n: rng.standard_normal(s).astype(program.dtype) for n, s in program.inputs}
+    want = run(program, inputs, dtype=np.float64)[0]
+    assert_close(kernel(**inputs), want, program.dtype)  # type: ignore[arg-type]
