@@ -25,6 +25,7 @@ from extract.extractor import SerializedGraph
 from extract.loop_cost import LoopCost
 from extract.machine import Machine, host
 from rewrites.algebra import algebra_rules
+from rewrites.contraction import contract_temporaries
 from rewrites.lowering import lower
 from rewrites.schedule import ROOT, schedule
 
@@ -115,6 +116,7 @@ def optimize(
     chosen, algebra_report = _optimize_algebra(original, limits)  # type: ignore[arg-type]
     canonical = lower(chosen)
     body, cost, canonical_cost, loop_report = _schedule_loops(canonical, machine, limits)
+    body = contract_temporaries(body)
     return Optimized(
         tuple(original),  # type: ignore[arg-type]
         tuple(chosen),

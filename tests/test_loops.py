@@ -25,6 +25,7 @@ from eqsat.terms import LoopProgram, Term, index_list, to_egglog, to_term
 from extract.extractor import SerializedGraph
 from extract.loop_cost import LoopCost
 from extract.machine import Machine, host
+from rewrites.contraction import contract_temporaries
 from rewrites.lowering import lower
 from rewrites.schedule import ROOT, schedule
 from rewrites.tiling import TileSizes, tile_sizes
@@ -207,3 +208,24 @@ def test_extract_top_gives_distinct_candidates_cheapest_first() -> None:
     assert top[0][1] <= graph.extract(graph.root(ROOT), cost)[1]  # never worse than greedy
     for term, predicted in top:
         assert predicted == cost.estimate(term).cycles
+
+
+def test_softmax_temporary_is_contracted_to_one_row_per_iteration() -> None:
+    x = eqsat.tensor("x", (64, 48))
+    program = lowered(eqsat.softmax(x))
+    egraph, _ = schedule(program.body, AVX512, "float32", Limits())
+    one_pass = fewest_loops(SerializedGraph(egraph))
+    contracted = contract_temporaries(one_pass)
+    assert contracted.op == "Stmt.alloc" and contracted.args[0] != "t0"  # t0 left the top
+    row = under_allocs(contracted).args[2]
+    assert row.op == "Stmt.alloc" and row.args[:2] == ("t0", (1, 48))  # type: ignore[union-attr]
+    rng = np.random.default_rng(3)
+    inputs = {"x": rng.standard_normal((64, 48))}
+    got = run(program.with_body(contracted), inputs, dtype=np.float64)[0]
+    assert_close(got, run(program, inputs, dtype=np.float64)[0], "float64")
+
+
+def test_temporary_read_across_rows_is_not_contracted() -> None:
+    x = eqsat.tensor("x", (8, 8))
+    body = lowered(eqsat.exp(x).T + eqsat.exp(x)).body  # exp(x) read by column and by row
+    assert contract_temporaries(body) == body
