@@ -184,3 +184,42 @@ def axis_extent(axis: Term) -> int:
         case "Axis.inner":
             return int(a[1])  # type: ignore[arg-type]
     raise ValueError(f"not an axis: {axis.op}")
+
+
+ACCESS_OPS = ("Scalar.load", "Stmt.store", "Stmt.accumulate")  # their args: buffer, index list
+
+
+def accesses(term: Term, buffer: str) -> list[Term]:
+    """Index lists through which `term` loads, stores or accumulates `buffer`."""
+    found = []
+    if term.op in ACCESS_OPS and term.args[0] == buffer:
+        found.append(term.args[1])
+    for arg in term.args:
+        if isinstance(arg, Term):
+            found.extend(accesses(arg, buffer))
+    return found  # type: ignore[return-value]
+
+
+def top_statements(statement: Term) -> list[Term]:
+    """The statements of a nest of Seq run one after the other, in order."""
+    if statement.op == "Stmt.seq":
+        return [s for part in statement.args for s in top_statements(part)]  # type: ignore[arg-type]
+    return [statement]
+
+
+def row_loop_of(statements: list[Term], buffer: str, shape: tuple[int, ...]) -> Term | None:
+    """The one statement touching temporary `buffer`, when it is a loop over its rows (a named
+    axis `a` of extent shape[0], or a.outer(T)) and every access indexes the buffer by plain `a`
+    first; else None. Such a temporary can live one row (or T rows) at a time inside the loop."""
+    users = [s for s in statements if accesses(s, buffer)]
+    if len(users) != 1 or users[0].op != "Stmt.loop" or len(shape) < 2:
+        return None
+    loop = users[0]
+    axis = loop.args[0]
+    assert isinstance(axis, Term)
+    row_axis = axis.args[0] if axis.op == "Axis.outer" else axis
+    assert isinstance(row_axis, Term)
+    if row_axis.op != "Axis.named" or row_axis.args[1] != shape[0]:
+        return None
+    plain = Term("Index.axis", (row_axis,))
+    return loop if all(index_items(ix)[0] == plain for ix in accesses(loop, buffer)) else None

@@ -34,6 +34,8 @@ from eqsat.loops import (
     depends_on,
     pieces_of,
     register_tile,
+    row_loop_of,
+    top_statements,
     vectorizable,
 )
 from eqsat.terms import Arg, Term, index_items
@@ -49,6 +51,7 @@ LOADS_PER_CYCLE, OPS_PER_CYCLE, STORES_PER_CYCLE = 2.0, 2.0, 1.0
 BYTES_PER_CYCLE = (48.0, 12.0, 8.0)
 OVERLAP_PENALTY = 0.25  # the fraction of the non-limiting terms that is not hidden
 DRAM_SCALING = 1.25  # 2 cores get ~1.25x the DRAM bandwidth of one (31 -> 39 GB/s)
+FIRST_TOUCH_CYCLES_PER_BYTE = 0.5  # a fresh page: fault + zeroing, ~0.5 us per 4 KiB
 CACHE_USE = 0.5  # the fraction of a cache a footprint may fill and still hit (conflicts, LRU)
 
 
@@ -121,13 +124,25 @@ class LoopCost:
                 return self.combine(first.accesses | second.accesses, [first, second], 1, 0.0)
             case "Stmt.alloc":
                 body = self.estimate(a[2])  # type: ignore[arg-type]
-                first_touch = math.prod(a[1]) * self.item_bytes / 64  # type: ignore[arg-type]
-                return self.combine(body.accesses, [body], 1, first_touch)
+                return self.combine(body.accesses, [body], 1, self.first_touch(statement))
             case "Stmt.loop":
                 return self.loop(a[0], a[1], a[2])  # type: ignore[arg-type]
         raise ValueError(f"not a statement: {statement.op}")
 
     # ------------------------------------------------------------ statements
+
+    def first_touch(self, alloc: Term) -> float:
+        """Page faults of a fresh temporary: one row (or tile of rows) when it will be contracted
+        into its row loop (rewrites.contraction), else all of it."""
+        name, shape_arg, body = alloc.args
+        shape = tuple(int(n) for n in shape_arg)  # type: ignore[union-attr, arg-type]
+        while isinstance(body, Term) and body.op == "Stmt.alloc":
+            body = body.args[2]
+        assert isinstance(body, Term)
+        elements = math.prod(shape)
+        if row_loop_of(top_statements(body), str(name), shape) is not None:
+            elements //= shape[0]
+        return elements * self.item_bytes * FIRST_TOUCH_CYCLES_PER_BYTE
 
     def leaf(self, statement: Term) -> Estimate:
         buffer, target, value = statement.args[0], statement.args[1], statement.args[-1]

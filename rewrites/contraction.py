@@ -11,14 +11,17 @@ the row stays in L1 (and each thread has its own).
 This is a pass over the extracted program, not an e-graph rule: it rewrites indices inside a
 loop body, the substitution DESIGN §3 keeps out of the e-graph. It applies when
 1. the temporary is allocated at the top of the program and touched by exactly one top-level
-   statement, a loop over a named axis `a` whose extent is the temporary's first dimension;
+   statement, a loop over a named axis `a` whose extent is the temporary's first dimension, or
+   over the tiles `a.outer(T)` of one;
 2. every access to it holds plain `a` as its first index.
-Then iteration `a` touches only row `a`, which the program writes before it reads (iterations
-are independent of each other's rows), so a fresh row per iteration computes the same result.
+Then iteration `a` touches only row `a` (tile `a.outer` only its T rows), which the program
+writes before it reads, so a fresh row (block of T rows, indexed by `a.inner(T)`) per iteration
+computes the same result. `eqsat.loops.row_loop_of` is the test, shared with the cost model.
 """
 
 from __future__ import annotations
 
+from eqsat.loops import ACCESS_OPS, row_loop_of, top_statements
 from eqsat.terms import Term, index_items, index_list
 
 
@@ -28,17 +31,21 @@ def contract_temporaries(body: Term) -> Term:
     while body.op == "Stmt.alloc":
         name, shape, body = body.args  # type: ignore[assignment]
         allocs.append((str(name), tuple(shape)))  # type: ignore[arg-type]
-    statements = _flatten(body)
+    statements = top_statements(body)
     kept = []
     for name, shape in allocs:
-        users = [n for n, s in enumerate(statements) if _touches(s, name)]
-        row_loop = statements[users[0]] if len(users) == 1 else None
-        if row_loop is not None and _contractible(row_loop, name, shape):
-            axis, kind, inner = row_loop.args
-            row = Term("Stmt.alloc", (name, (1, *shape[1:]), _first_index_to_zero(inner, name)))  # type: ignore[arg-type]
-            statements[users[0]] = Term("Stmt.loop", (axis, kind, row))
-        else:
+        row_loop = row_loop_of(statements, name, shape)
+        if row_loop is None:
             kept.append((name, shape))
+            continue
+        axis, kind, inner = row_loop.args
+        assert isinstance(axis, Term) and isinstance(inner, Term)
+        rows, row_index = 1, Term("Index.const", (0,))
+        if axis.op == "Axis.outer":  # a block of T rows, indexed by the tile's inner loop
+            rows = int(axis.args[1])  # type: ignore[arg-type]
+            row_index = Term("Index.axis", (Term("Axis.inner", axis.args),))
+        block = Term("Stmt.alloc", (name, (rows, *shape[1:]), _reindex(inner, name, row_index)))
+        statements[statements.index(row_loop)] = Term("Stmt.loop", (axis, kind, block))
     result = statements[-1]
     for statement in reversed(statements[:-1]):
         result = Term("Stmt.seq", (statement, result))
@@ -47,44 +54,10 @@ def contract_temporaries(body: Term) -> Term:
     return result
 
 
-def _flatten(statement: Term) -> list[Term]:
-    if statement.op == "Stmt.seq":
-        return [s for part in statement.args for s in _flatten(part)]  # type: ignore[arg-type]
-    return [statement]
-
-
-def _accesses(term: Term, buffer: str) -> list[Term]:
-    """Index lists through which `term` loads, stores or accumulates `buffer`."""
-    found = []
-    if term.op in ("Scalar.load", "Stmt.store", "Stmt.accumulate") and term.args[0] == buffer:
-        found.append(term.args[1])
-    for arg in term.args:
-        if isinstance(arg, Term):
-            found.extend(_accesses(arg, buffer))
-    return found  # type: ignore[return-value]
-
-
-def _touches(statement: Term, buffer: str) -> bool:
-    return bool(_accesses(statement, buffer))
-
-
-def _contractible(loop: Term, buffer: str, shape: tuple[int, ...]) -> bool:
-    if loop.op != "Stmt.loop" or len(shape) < 2:
-        return False
-    axis = loop.args[0]
-    assert isinstance(axis, Term)
-    if axis.op != "Axis.named" or axis.args[1] != shape[0]:
-        return False
-    plain = Term("Index.axis", (axis,))
-    return all(index_items(ix)[0] == plain for ix in _accesses(loop, buffer))
-
-
-def _first_index_to_zero(term: Term, buffer: str) -> Term:
-    """`term` with the first index of every access to `buffer` replaced by 0."""
-    args = tuple(
-        _first_index_to_zero(a, buffer) if isinstance(a, Term) else a for a in term.args
-    )
-    if term.op in ("Scalar.load", "Stmt.store", "Stmt.accumulate") and args[0] == buffer:
+def _reindex(term: Term, buffer: str, row_index: Term) -> Term:
+    """`term` with the first index of every access to `buffer` replaced by `row_index`."""
+    args = tuple(_reindex(a, buffer, row_index) if isinstance(a, Term) else a for a in term.args)
+    if term.op in ACCESS_OPS and args[0] == buffer:
         items = index_items(args[1])  # type: ignore[arg-type]
-        args = (args[0], index_list([Term("Index.const", (0,)), *items[1:]]), *args[2:])
+        args = (args[0], index_list([row_index, *items[1:]]), *args[2:])
     return Term(term.op, args)
