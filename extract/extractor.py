@@ -83,6 +83,7 @@ class SerializedGraph:
         of its children's candidates, so a child that is not the cheapest on its own but makes
         its parent cheaper (a cost that is not a sum, like a roofline) is still found."""
         best: dict[str, list[_Candidate]] = {}
+        priced: dict[tuple[str, tuple[Arg, ...]], _Candidate] = {}
         pending = deque(self.classes)  # a worklist: an e-class is redone when a child improves
         queued = set(pending)
         while pending:
@@ -90,7 +91,7 @@ class SerializedGraph:
             queued.discard(eclass)
             found = {c.term: c for c in best.get(eclass, [])}
             for node in self.classes[eclass]:
-                for candidate in self._candidates(node, best, node_cost):
+                for candidate in self._candidates(node, best, node_cost, priced):
                     found.setdefault(candidate.term, candidate)
             ranked = sorted(found.values(), key=lambda c: (c.cost, c.key))[:n]
             if ranked != best.get(eclass):
@@ -116,9 +117,13 @@ class SerializedGraph:
 
     @staticmethod
     def _candidates(
-        node: _Node, best: dict[str, list[_Candidate]], node_cost: NodeCost
+        node: _Node,
+        best: dict[str, list[_Candidate]],
+        node_cost: NodeCost,
+        priced: dict[tuple[str, tuple[Arg, ...]], _Candidate],
     ) -> list[_Candidate]:
-        """The node priced with every combination of its children's candidates."""
+        """The node priced with every combination of its children's candidates (each
+        combination once: `priced` remembers them across visits of the worklist)."""
         if node.op == "literal":
             return [_Candidate(0.0, node.key, node.literal)]
         if any(child not in best for child in node.children):
@@ -126,12 +131,16 @@ class SerializedGraph:
         result = []
         for choice in itertools.product(*(best[child] for child in node.children)):
             terms = tuple(c.term for c in choice)
-            costs = [c.cost for c in choice]
-            if node.op == "Vec":
-                result.append(_Candidate(sum(costs), node.key, terms))
-            else:
-                term = Term(node.op, terms)
-                result.append(_Candidate(node_cost(node.op, terms, costs), node.key, term))
+            memo_key = (node.key, terms)
+            if memo_key not in priced:
+                costs = [c.cost for c in choice]
+                if node.op == "Vec":
+                    priced[memo_key] = _Candidate(sum(costs), node.key, terms)
+                else:
+                    term = Term(node.op, terms)
+                    cost = node_cost(node.op, terms, costs)
+                    priced[memo_key] = _Candidate(cost, node.key, term)
+            result.append(priced[memo_key])
         return result
 
 
