@@ -156,7 +156,7 @@ def test_kernel_egraph_stays_within_the_issue_bounds(workload: str) -> None:
 SMALL_TILES = TileSizes(cache=(4,), register=(2,))
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     program=programs(max_ops=3, dims=st.sampled_from([1, 2, 4, 8])),
     seed=st.integers(0, 10_000),
