@@ -20,10 +20,10 @@ from eqsat.frontend import Tensor
 from eqsat.pretty import format_loops, format_tensor
 from eqsat.saturate import Limits, SaturationReport, saturate
 from eqsat.terms import LoopProgram, Term, to_egglog, to_term
-from extract.cost import TensorCost
 from extract.extractor import SerializedGraph
 from extract.loop_cost import LoopCost
 from extract.machine import Machine, host
+from extract.tensor_cost import TensorCost
 from rewrites.algebra import algebra_rules
 from rewrites.contraction import contract_temporaries
 from rewrites.lowering import lower
