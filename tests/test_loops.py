@@ -229,3 +229,10 @@ def test_temporary_read_across_rows_is_not_contracted() -> None:
     x = eqsat.tensor("x", (8, 8))
     body = lowered(eqsat.exp(x).T + eqsat.exp(x)).body  # exp(x) read by column and by row
     assert contract_temporaries(body) == body
+
+
+def test_small_kernels_stay_serial_and_large_ones_run_in_parallel() -> None:
+    """The cost model charges a thread-team start (PARALLEL_START): only work above it pays."""
+    small, large = eqsat.tensor("x", (8, 16)), eqsat.tensor("x", (2048, 2048))
+    assert "omp parallel" not in eqsat.compile(eqsat.exp(small)).c_source
+    assert "omp parallel" in eqsat.compile(eqsat.exp(large)).c_source
