@@ -117,7 +117,7 @@ def optimize(
     original = [to_term(t.expr) for t in tensors]
     assert all(isinstance(t, Term) for t in original)
     chosen, algebra_report = _optimize_algebra(original, limits)  # type: ignore[arg-type]
-    canonical = lower(chosen)
+    canonical = lower(chosen, written=original)  # type: ignore[arg-type]
     body, cost, canonical_cost, loop_report = _schedule_loops(canonical, machine, limits)
     body = contract_temporaries(body)
     return Optimized(

@@ -125,7 +125,8 @@ def split_tile(axis: Term, bound: Iterable[Term]) -> int | None:
 @dataclass(frozen=True)
 class RegisterTile:
     """A loop whose body is a register tile: Unroll loops (maybe none), then maybe one Vector
-    loop of whole vectors, around one accumulate whose element does not move with the loop.
+    loop of whole vectors, around one accumulate whose element does not move with the loop and
+    differs between the copies (its index holds each unrolled axis plainly).
     The emitter keeps the `count` accumulators in registers for the whole loop (loaded before
     it, stored after it); `unrolled` and `vector_axis` are the axes inside, outermost first."""
 
@@ -166,6 +167,11 @@ def register_tile(axis: Term, body: Term, isa: str, lanes: int) -> RegisterTile 
     buffer, target, value = body.args[0], body.args[1], body.args[3]
     assert isinstance(target, Term) and isinstance(value, Term)
     if depends_on(target, axis) or any(load.args[0] == buffer for load in _loads(value)):
+        return None
+    # Each copy must own its element: the target holds every unrolled axis' named axis plainly
+    # (a sum over the unrolled axis, t[i] += x[r, i] with r unrolled, would alias the copies).
+    plain = set(index_items(target))
+    if any(Term("Index.axis", (pieces_of(a)[-1],)) not in plain for a in unrolled):
         return None
     count = vectors * math.prod(axis_extent(a) for a in unrolled)
     if count > REGISTER_BUDGET[isa]:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-
 from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import cast
 
 from egglog import (
     EggSmolError,
@@ -63,16 +63,16 @@ def _merged_literals(
     sq: Vec[i64],
 ) -> Iterable[RewriteOrRule]:
     yield rule(eq(t).to(TExpr.const(a)), eq(t).to(TExpr.const(b)), ne(a).to(b)).then(
-        merged_literals("TExpr.const", a.to_string(), b.to_string())
+        merged_literals(String("TExpr.const"), a.to_string(), b.to_string())
     )
     yield rule(
         eq(t).to(TExpr.input(p, sp, dp)), eq(t).to(TExpr.input(q, sq, dq)), ne(p).to(q)
-    ).then(merged_literals("TExpr.input", p, q))
+    ).then(merged_literals(String("TExpr.input"), p, q))
     yield rule(eq(v).to(Scalar.const(a)), eq(v).to(Scalar.const(b)), ne(a).to(b)).then(
-        merged_literals("Scalar.const", a.to_string(), b.to_string())
+        merged_literals(String("Scalar.const"), a.to_string(), b.to_string())
     )
     yield rule(eq(k).to(Index.const(m)), eq(k).to(Index.const(n)), ne(m).to(n)).then(
-        merged_literals("Index.const", m.to_string(), n.to_string())
+        merged_literals(String("Index.const"), m.to_string(), n.to_string())
     )
 
 
@@ -167,7 +167,7 @@ def _check_tripwires(egraph: EGraph, report: SaturationReport, fired: Counter[st
     if not egraph.function_size(merged_literals):
         return
     conflicts = sorted(
-        tuple(str(get_literal_value(arg)) for arg in get_callable_args(row))
+        tuple(str(get_literal_value(cast(String, arg))) for arg in get_callable_args(row))
         for row in egraph.function_values(merged_literals)
     )
     constructor, first, second = conflicts[0]

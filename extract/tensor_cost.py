@@ -38,7 +38,7 @@ class TensorCost:
     """
 
     bytes_per_element: int = 4
-    _shapes: dict[Term, Shape] = field(default_factory=dict, compare=False, repr=False)
+    _shapes: dict[Term, Shape] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __call__(self, op: str, children: Sequence[Arg], child_costs: Sequence[float]) -> float:
         flops, moved = self.work(op, children)
@@ -57,10 +57,11 @@ class TensorCost:
             return float(math.prod(operands[0])), moved
         if op in LAYOUT_OPS:
             return 0.0, moved
-        name = str(children[0])
-        per_element = UNARY_CYCLES.get(name, 1.0) if op == "TExpr.unary" else 1.0
-        if op == "TExpr.binary":
-            per_element = BINARY_CYCLES.get(name, 1.0)
+        per_element = 1.0  # add, mul, compare, where, ...
+        if op == "TExpr.unary":
+            per_element = UNARY_CYCLES.get(str(children[0]), 1.0)
+        elif op == "TExpr.binary":
+            per_element = BINARY_CYCLES.get(str(children[0]), 1.0)
         return per_element * size, moved
 
     def shape(self, term: Term) -> Shape:

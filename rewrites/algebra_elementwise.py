@@ -1,13 +1,14 @@
 """Identities of the elementwise ops: + - * /, neg, exp/log, relu/max/min, constant folding.
 
 Every identity holds with numpy broadcasting: when the left side is well-shaped, the right side
-is too and has its shape. The frontend spells integer powers as products (x**2 is x*x, x**-1 is
-1/x), so they need no rule of their own.
+is too and has its shape. Commutativity needs no bound (it adds at most one node per node);
+associativity does (`few_operands`). The frontend spells integer powers as products (x**2 is
+x*x, x**-1 is 1/x), so they need no rule of their own.
 """
 
 from __future__ import annotations
 
-from egglog import Vec, f64, i64, ne
+from egglog import Vec, eq, f64, i64, ne
 
 from eqsat.terms import TExpr
 from rewrites.algebra_facts import few_operands, has_shape, single_operand
@@ -18,7 +19,7 @@ XY = {"x": TExpr, "y": TExpr}
 XYZ = {"x": TExpr, "y": TExpr, "z": TExpr}
 XS = {"x": TExpr, "s": Vec[i64]}
 AB = {"a": f64, "b": f64}
-NONZERO_RECIPROCAL = "1e-30 <= |c| <= 1e30 (1/c is a normal number in float32)"
+NONZERO_RECIPROCAL = "1e-30 <= |c| <= 1e30, so 1/c is a normal float32 (r = 1/c)"
 
 
 def add(a: TExpr, b: TExpr) -> TExpr:
@@ -113,10 +114,10 @@ ARITHMETIC = (
     Identity(
         "div-const",
         "x / c -> x * (1/c)",
-        {"x": TExpr, "c": f64},
+        {"x": TExpr, "c": f64, "r": f64},
         lambda x, c: TExpr.binary("div", x, const(c)),
-        lambda x, c: mul(x, const(f64(1.0) / c)),
-        guard=lambda c: [abs(c) >= 1e-30, abs(c) <= 1e30],
+        lambda x, r: mul(x, const(r)),
+        guard=lambda c, r: [abs(c) >= 1e-30, abs(c) <= 1e30, eq(r).to(f64(1.0) / c)],
         guard_text=NONZERO_RECIPROCAL,
     ),
     Identity(
@@ -161,7 +162,6 @@ TRANSCENDENTAL = (
         XY,
         lambda x, y: mul(TExpr.unary("exp", x), TExpr.unary("exp", y)),
         lambda x, y: TExpr.unary("exp", add(x, y)),
-        finite_only=True,
     ),
     Identity(
         "exp-sub",
@@ -169,7 +169,6 @@ TRANSCENDENTAL = (
         XY,
         lambda x, y: TExpr.binary("div", TExpr.unary("exp", x), TExpr.unary("exp", y)),
         lambda x, y: TExpr.unary("exp", sub(x, y)),
-        finite_only=True,
     ),
     Identity(
         "log-exp",
@@ -177,7 +176,6 @@ TRANSCENDENTAL = (
         X,
         lambda x: TExpr.unary("log", TExpr.unary("exp", x)),
         lambda x: x,
-        finite_only=True,
     ),
 )
 
@@ -244,26 +242,33 @@ CONSTANT_FOLDING = (
     Identity(
         "fold-div",
         "const(a) / const(b) -> const(a / b)",
-        AB,
+        {"a": f64, "b": f64, "q": f64},
         lambda a, b: TExpr.binary("div", const(a), const(b)),
-        lambda a, b: const(a / b),
-        guard=lambda b: [ne(b).to(f64(0.0))],
-        guard_text="b != 0",
+        lambda q: const(q),
+        guard=lambda a, b, q: [ne(b).to(f64(0.0)), eq(q).to(a / b)],
+        guard_text="b != 0 (q = a / b)",
     ),
-    # egglog's f64 max/min ignore a NaN operand where numpy propagates it
-    *(
-        Identity(
-            f"fold-{op}",
-            f"{op}(const(a), const(b)) -> const({op}(a, b))",
-            AB,
-            lambda a, b, op=op: TExpr.binary(op, const(a), const(b)),
-            lambda a, b, fold=fold: const(fold(a, b)),
-            finite_only=True,
-        )
-        for op, fold in (("max", lambda a, b: a.max(b)), ("min", lambda a, b: a.min(b)))
+    # egglog orders nan above every number: its max propagates nan like numpy, its min does not
+    Identity(
+        "fold-max",
+        "max(const(a), const(b)) -> const(max(a, b))",
+        AB,
+        lambda a, b: TExpr.binary("max", const(a), const(b)),
+        lambda a, b: const(a.max(b)),
     ),
     Identity(
-        "fold-neg", "-const(a) -> const(-a)", {"a": f64}, lambda a: TExpr.unary("neg", const(a)),
+        "fold-min",
+        "min(const(a), const(b)) -> const(min(a, b))",
+        AB,
+        lambda a, b: TExpr.binary("min", const(a), const(b)),
+        lambda a, b: const(a.min(b)),
+        finite_only=True,
+    ),
+    Identity(
+        "fold-neg",
+        "-const(a) -> const(-a)",
+        {"a": f64},
+        lambda a: TExpr.unary("neg", const(a)),
         lambda a: const(-a),
     ),
     Identity(
@@ -279,7 +284,6 @@ CONSTANT_FOLDING = (
         {"a": f64},
         lambda a: TExpr.unary("relu", const(a)),
         lambda a: const(a.max(0.0)),
-        finite_only=True,
     ),
 )
 

@@ -56,7 +56,7 @@ TRANSPOSE = (
     ),
     Identity(
         "transpose-binary-scalar-right",
-        "transpose(x ∘ c, p) -> transpose(x, p) ∘ c",
+        "transpose(x ∘ y, p) -> transpose(x, p) ∘ y",
         OPXYP,
         lambda op, x, y, p: TExpr.transpose(TExpr.binary(op, x, y), p),
         lambda op, x, y, p: TExpr.binary(op, TExpr.transpose(x, p), y),
@@ -65,7 +65,7 @@ TRANSPOSE = (
     ),
     Identity(
         "transpose-binary-scalar-left",
-        "transpose(c ∘ y, p) -> c ∘ transpose(y, p)",
+        "transpose(x ∘ y, p) -> x ∘ transpose(y, p)",
         OPXYP,
         lambda op, x, y, p: TExpr.transpose(TExpr.binary(op, x, y), p),
         lambda op, x, y, p: TExpr.binary(op, x, TExpr.transpose(y, p)),

@@ -40,6 +40,7 @@ CHAINS = (
         XYZ,
         lambda x, y, z: matmul(matmul(x, y), z),
         lambda x, y, z: matmul(x, matmul(y, z)),
+        finite_only=True,
     ),
     Identity(
         "matmul-assoc-left",
@@ -47,12 +48,24 @@ CHAINS = (
         XYZ,
         lambda x, y, z: matmul(x, matmul(y, z)),
         lambda x, y, z: matmul(matmul(x, y), z),
+        finite_only=True,
     ),
 )
 
+DISTRIBUTABLE = (
+    "shape(y) = shape(z); y, z hold at most AC_MAX_OPERANDS operands of +; x is not a sum"
+)
+
+
+def distributable(x: TExpr, y: TExpr, z: TExpr) -> list[FactLike]:
+    """Guard of distributing x over y ± z: y and z are each a valid operand of the product on
+    their own (one shape), the sum is small and x is not a sum (which keeps the expansion of
+    a product of sums out of the e-graph)."""
+    return [*same_shape(y, z), *few_operands("add", y, z), *single_operand("add", x)]
+
+
 # x@y ± x@z: the two products share m and k, so only n can broadcast (a column of 1), and a
-# broadcast column commutes with the product; factoring needs no guard. Distributing does: y and
-# z must each be a valid right operand of x on their own.
+# broadcast column commutes with the product; factoring needs no guard.
 DISTRIBUTIVE = tuple(
     identity
     for op, sign in (("add", "+"), ("sub", "-"))
@@ -79,13 +92,8 @@ DISTRIBUTIVE = tuple(
             XYZ,
             lambda x, y, z, op=op: matmul(x, TExpr.binary(op, y, z)),
             lambda x, y, z, op=op: TExpr.binary(op, matmul(x, y), matmul(x, z)),
-            guard=lambda x, y, z: [
-                *same_shape(y, z),
-                *few_operands("add", y, z),
-                *single_operand("add", x),
-            ],
-            guard_text="shape(y) = shape(z); y, z hold at most AC_MAX_OPERANDS operands of +; "
-            "x is not a sum",
+            guard=distributable,
+            guard_text=DISTRIBUTABLE,
             finite_only=True,
         ),
         Identity(
@@ -94,13 +102,8 @@ DISTRIBUTIVE = tuple(
             XYZ,
             lambda x, y, z, op=op: matmul(TExpr.binary(op, y, z), x),
             lambda x, y, z, op=op: TExpr.binary(op, matmul(y, x), matmul(z, x)),
-            guard=lambda x, y, z: [
-                *same_shape(y, z),
-                *few_operands("add", y, z),
-                *single_operand("add", x),
-            ],
-            guard_text="shape(y) = shape(z); y, z hold at most AC_MAX_OPERANDS operands of +; "
-            "x is not a sum",
+            guard=distributable,
+            guard_text=DISTRIBUTABLE,
             finite_only=True,
         ),
     )

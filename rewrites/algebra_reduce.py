@@ -67,7 +67,6 @@ LINEARITY = (
                 lambda i, x, y, op=op: TExpr.binary(op, total(i, x), total(i, y)),
                 guard=lambda x, y: same_shape(x, y),
                 guard_text="shape(x) = shape(y)",
-                finite_only=True,
             ),
             Identity(
                 f"sum-merge-{op}",
@@ -77,7 +76,6 @@ LINEARITY = (
                 lambda i, x, y, op=op: total(i, TExpr.binary(op, x, y)),
                 guard=lambda x, y: same_shape(x, y),
                 guard_text="shape(x) = shape(y)",
-                finite_only=True,
             ),
             Identity(
                 f"sum-{op}-invariant",
@@ -90,7 +88,6 @@ LINEARITY = (
                     eq(n).to(f64.from_i64(shape_of(x)[i])),
                 ],
                 guard_text="y has no dim at axis i and x ∘ y has x's shape",
-                finite_only=True,
             ),
         )
     ),
@@ -115,11 +112,10 @@ BROADCASTS = (
         lambda x, t, n: mul(TExpr.broadcast(x, t), const(n)),
         guard=lambda i, x, s, t, n: [
             shape_of(x).length() + i < s.length(),
-            eq(t).to(s.remove(i)),
+            *has_shape(total(i, TExpr.broadcast(x, s)), t),
             eq(n).to(f64.from_i64(s[i])),
         ],
-        guard_text="axis i is one the broadcast adds in front of x",
-        finite_only=True,
+        guard_text="axis i is one the broadcast adds in front of x (t: the result shape)",
     ),
     Identity(
         "max-broadcast",
@@ -127,43 +123,49 @@ BROADCASTS = (
         {"i": i64, "x": TExpr, "s": INTS, "t": INTS},
         lambda i, x, s: reduce("max", i, TExpr.broadcast(x, s)),
         lambda x, t: TExpr.broadcast(x, t),
-        guard=lambda i, x, s, t: [shape_of(x).length() + i < s.length(), eq(t).to(s.remove(i))],
-        guard_text="axis i is one the broadcast adds in front of x",
+        guard=lambda i, x, s, t: [
+            shape_of(x).length() + i < s.length(),
+            *has_shape(reduce("max", i, TExpr.broadcast(x, s)), t),
+        ],
+        guard_text="axis i is one the broadcast adds in front of x (t: the result shape)",
     ),
 )
 
 # sum over n of x@y (..., m, n) is x @ (y summed over n), as a column; over m, likewise a row.
+MATMUL_VARIABLES = {"i": i64, "x": TExpr, "y": TExpr, "s": INTS, "t": INTS, "k": i64}
 MATMUL = (
     Identity(
         "sum-matmul-columns",
         "sum(x@y, -1) -> reshape(x @ reshape(sum(y, -1), (..., k, 1)), (..., m))",
-        {"i": i64, "x": TExpr, "y": TExpr, "sx": INTS, "sy": INTS},
+        MATMUL_VARIABLES,
         lambda i, x, y: total(i, TExpr.matmul(x, y)),
-        lambda i, x, y, sx, sy: TExpr.reshape(
-            TExpr.matmul(x, TExpr.reshape(total(i, y), sy.set(i, 1))), sx.remove(i)
+        lambda i, x, y, s, t: TExpr.reshape(
+            TExpr.matmul(x, TExpr.reshape(total(i, y), s.pop().push(1))), t
         ),
-        guard=lambda i, x, y, sx, sy: [
-            *has_shape(x, sx),
-            *has_shape(y, sy),
-            eq(i).to(sy.length() - 1),
+        guard=lambda i, x, y, s, t: [
+            *has_shape(y, s),
+            eq(i).to(s.length() - 1),
+            *has_shape(total(i, TExpr.matmul(x, y)), t),
         ],
-        guard_text="i is the last axis",
+        guard_text="i is the last axis (s: the shape of y, t: the result shape)",
         finite_only=True,
     ),
     Identity(
         "sum-matmul-rows",
         "sum(x@y, -2) -> reshape(reshape(sum(x, -2), (..., 1, k)) @ y, (..., n))",
-        {"i": i64, "x": TExpr, "y": TExpr, "sx": INTS, "sy": INTS},
+        MATMUL_VARIABLES,
         lambda i, x, y: total(i, TExpr.matmul(x, y)),
-        lambda i, x, y, sx, sy: TExpr.reshape(
-            TExpr.matmul(TExpr.reshape(total(i, x), sx.set(i, 1)), y), sy.remove(i)
+        lambda i, x, y, s, t, k: TExpr.reshape(
+            TExpr.matmul(TExpr.reshape(total(i, x), s.pop().pop().push(1).push(k)), y), t
         ),
-        guard=lambda i, x, y, sx, sy: [
-            *has_shape(x, sx),
-            *has_shape(y, sy),
-            eq(i).to(sy.length() - 2),
+        guard=lambda i, x, y, s, t, k: [
+            *has_shape(x, s),
+            eq(i).to(s.length() - 2),
+            eq(k).to(s[s.length() - 1]),
+            *has_shape(total(i, TExpr.matmul(x, y)), t),
         ],
-        guard_text="i is the second-to-last axis",
+        guard_text="i is the second-to-last axis (s: the shape of x, k: its last dim, "
+        "t: the result shape)",
         finite_only=True,
     ),
 )

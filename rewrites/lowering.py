@@ -249,11 +249,15 @@ def _count_uses(roots: Sequence[Term]) -> Counter[Term]:
     return uses
 
 
-def lower(roots: Sequence[Term]) -> LoopProgram:
-    """Canonical loop program computing every root; inputs in first-visit order.
+def lower(roots: Sequence[Term], written: Sequence[Term] | None = None) -> LoopProgram:
+    """Canonical loop program computing every root.
 
-    Precondition: the roots are well-shaped tensor terms of one dtype (the frontend checks)."""
-    inputs = collect_inputs(roots)
+    Its inputs and dtype are those of `written` (default: the roots), in first-visit order: a
+    program rewritten by algebra keeps the signature the user wrote, even where an input
+    cancelled out (x - x + b) or the operands were swapped ((a.T @ b.T).T -> b @ a).
+    Precondition: the roots are well-shaped tensor terms of one dtype (the frontend checks), and
+    every input of the roots is an input of `written`."""
+    inputs = collect_inputs(written if written is not None else roots)
     dtypes = {dtype for _, _, dtype in inputs} or {"float32"}
     if len(dtypes) > 1:
         raise DTypeError(f"one kernel cannot mix dtypes {sorted(dtypes)}")

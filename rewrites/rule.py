@@ -14,10 +14,12 @@ may use variables the left side does not bind only if the guard binds them first
 such as `base_of(a, c)` or `eq(s).to(shape_of(x))`), and the right side may not (checked when
 built).
 
-`finite_only` marks an identity that holds only where every value the left side computes
-(inputs, intermediates, result) is finite; any other identity holds for inf and nan as well.
-Both kinds are used by the optimizer (DESIGN §9: the contract is on finite inputs); the flag
-states the domain, and the soundness tests feed inf and nan only to identities without it.
+`finite_only` marks an identity that holds only for finite inputs (x - x is not 0 for inf);
+any other identity holds for inf and nan inputs as well. Both kinds are used by the optimizer
+(DESIGN §9: the contract is on finite inputs); the flag states the domain, and the soundness
+tests feed inf and nan only to identities without it. Every identity is exact in real
+arithmetic: where an intermediate overflows, the two sides may differ in float arithmetic, as
+reassociation allows (DESIGN §4).
 """
 
 from __future__ import annotations
@@ -33,15 +35,12 @@ from egglog.egraph import FactLike
 
 from eqsat.terms import sort_of
 
-
 KEBAB_CASE = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 
 
 def _parameters(fn: Callable[..., Any]) -> list[str]:
     """The variables `fn` reads: its parameters without a default value."""
-    return [
-        p.name for p in inspect.signature(fn).parameters.values() if p.default is p.empty
-    ]
+    return [p.name for p in inspect.signature(fn).parameters.values() if p.default is p.empty]
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ class Identity:
     rhs: Callable[..., Any]
     guard: Callable[..., Sequence[FactLike]] | None = None
     guard_text: str = "none"
-    finite_only: bool = False  # holds only for finite inputs
+    finite_only: bool = False  # holds only for finite inputs (see the module docstring)
     tags: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:

@@ -10,7 +10,7 @@ placed outside every other loop, and each kernel gets an e-graph of its own.
 
 from __future__ import annotations
 
-from egglog import EGraph, Ruleset, unstable_combine_rulesets
+from egglog import EGraph, Schedule, unstable_combine_rulesets
 
 from eqsat.saturate import Limits, SaturationReport, saturate
 from eqsat.terms import Term, to_egglog
@@ -24,7 +24,7 @@ from rewrites.tiling import TileSizes, tile_sizes, tiling_rules
 ROOT = "kernel"  # the let-name of the program's e-class
 
 
-def loop_rules(machine: Machine, dtype: str, tiles: TileSizes | None = None) -> Ruleset:
+def loop_rules(machine: Machine, dtype: str, tiles: TileSizes | None = None) -> Schedule:
     """Every loop rewrite for `machine`; `tiles` overrides the machine's tile sizes (tests)."""
     return unstable_combine_rulesets(
         interchange_rules(),

@@ -86,3 +86,27 @@ def test_compile_error_names_command_stderr_and_kept_file(monkeypatch) -> None:
     assert "error" in error.stderr
     with open(error.c_path) as kept:
         assert kept.read() == "this is not C;\n"
+
+
+def test_signature_is_the_written_one_after_algebra() -> None:
+    """Algebra may cancel an input (a - a + b) or swap operands ((a.T @ b.T).T = b @ a): the
+    kernel still takes the inputs as written, in that order, with their dtype."""
+    a, b = eqsat.tensor("a", (3, 3), "float64"), eqsat.tensor("b", (3, 3), "float64")
+    av, bv = np.arange(9.0).reshape(3, 3), np.eye(3) * 2
+    cancelled = eqsat.compile(a - a + b)
+    assert cancelled.input_names == ("a", "b") and cancelled.dtype == "float64"
+    np.testing.assert_allclose(cancelled(av, bv), bv)
+    swapped = eqsat.compile((a.T @ b.T).T)
+    assert swapped.input_names == ("a", "b")
+    np.testing.assert_allclose(swapped(av, bv), av @ bv)
+
+
+@pytest.mark.parametrize("n", [16, 17, 64])
+def test_column_sum_times_matrix(n: int) -> None:
+    """A reduction over an unrolled axis must not become a register tile: its copies would all
+    accumulate into one element (a miscompile found by the algebra tests)."""
+    a, b = eqsat.tensor("a", (n, n)), eqsat.tensor("b", (n, n))
+    rng = np.random.default_rng(n)
+    av, bv = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    got = eqsat.compile(a.sum(axis=0) @ b)(av, bv)
+    assert_close(got, av.astype(np.float64).sum(axis=0) @ bv, "float32")  # type: ignore[arg-type]
