@@ -168,10 +168,11 @@ def register_tile(axis: Term, body: Term, isa: str, lanes: int) -> RegisterTile 
     assert isinstance(target, Term) and isinstance(value, Term)
     if depends_on(target, axis) or any(load.args[0] == buffer for load in _loads(value)):
         return None
-    # Each copy must own its element: the target holds every unrolled axis' named axis plainly
-    # (a sum over the unrolled axis, t[i] += x[r, i] with r unrolled, would alias the copies).
+    # Each copy must own its element: the target holds every unrolled axis, or an axis it was
+    # split from, plainly (a sum over the unrolled axis, t[i] += x[r, i] with r unrolled, would
+    # alias the copies).
     plain = set(index_items(target))
-    if any(Term("Index.axis", (pieces_of(a)[-1],)) not in plain for a in unrolled):
+    if any(all(Term("Index.axis", (p,)) not in plain for p in pieces_of(a)) for a in unrolled):
         return None
     count = vectors * math.prod(axis_extent(a) for a in unrolled)
     if count > REGISTER_BUDGET[isa]:
