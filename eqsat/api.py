@@ -34,6 +34,10 @@ SYMBOL = "eqsat_kernel"
 # cheapest child alone is not always part of the cheapest parent. Pricing grows with
 # candidates^children, so large e-graphs keep one (attention: 25k e-nodes, 2.5 s at one, 10 s at 4).
 CANDIDATES_PER_CLASS = 4
+# Algebraic forms handed to stage 2 (one output only); a form estimated at more than
+# ALGEBRA_SLACK times the cheapest one's flops + bytes is not scheduled.
+ALGEBRA_CANDIDATES = 2
+ALGEBRA_SLACK = 2.0
 CANDIDATES_UP_TO_NODES = 10_000
 
 
@@ -49,6 +53,7 @@ class Optimized:
     canonical_cost: float
     stages: tuple[SaturationReport, SaturationReport]
     machine: Machine
+    forms: tuple[tuple[str, float], ...] = ()  # each algebraic form scheduled, predicted cycles
 
     @property
     def expr(self) -> str:
@@ -62,6 +67,11 @@ class Optimized:
             "written: " + "; ".join(format_tensor(t) for t in self.original),
             "chosen:  " + self.expr,
             *(stage.summary() for stage in self.stages),
+            *(
+                f"  form scheduled: {form}  -> {cycles:,.0f} cycles"
+                for form, cycles in self.forms
+                if len(self.forms) > 1
+            ),
             f"predicted: {self.cost:,.0f} cycles (canonical nest: {self.canonical_cost:,.0f})",
             "loop nest:",
             format_loops(self.program.body, 1),
@@ -83,14 +93,30 @@ def _outputs(outputs: Tensor | Sequence[Tensor]) -> tuple[list[Tensor], bool]:
     )
 
 
-def _optimize_algebra(roots: list[Term], limits: Limits) -> tuple[list[Term], SaturationReport]:
+def _optimize_algebra(
+    roots: list[Term], limits: Limits
+) -> tuple[list[list[Term]], SaturationReport]:
+    """The algebraic forms worth scheduling, cheapest first, and the stage's report.
+
+    With one output, up to ALGEBRA_CANDIDATES forms of different flop + byte estimates are kept,
+    each within ALGEBRA_SLACK of the cheapest (forms of equal estimate, like a + b and b + a,
+    lower to the same loops); stage 2 schedules each and keeps the fastest. Several outputs keep
+    only the cheapest form of each."""
     egraph = EGraph()
     for k, root in enumerate(roots):
         egraph.let(f"root{k}", to_egglog(root))
     report = saturate(egraph, algebra_rules(), limits, "algebra")
     graph = SerializedGraph(egraph)
     cost = TensorCost()
-    return [graph.extract(graph.root(f"root{k}"), cost)[0] for k in range(len(roots))], report
+    if len(roots) > 1:
+        return [[graph.extract(graph.root(f"root{k}"), cost)[0] for k in range(len(roots))]], report
+    ranked = graph.extract_top(graph.root("root0"), cost, 4 * ALGEBRA_CANDIDATES)
+    best_cost = ranked[0][1]
+    forms: dict[float, Term] = {}
+    for term, estimate in ranked:
+        if len(forms) < ALGEBRA_CANDIDATES and estimate <= ALGEBRA_SLACK * best_cost:
+            forms.setdefault(estimate, term)
+    return [[term] for term in forms.values()], report
 
 
 def _schedule_loops(
@@ -116,9 +142,14 @@ def optimize(
     machine = machine or host()
     original = [to_term(t.expr) for t in tensors]
     assert all(isinstance(t, Term) for t in original)
-    chosen, algebra_report = _optimize_algebra(original, limits)  # type: ignore[arg-type]
-    canonical = lower(chosen, written=original)  # type: ignore[arg-type]
-    body, cost, canonical_cost, loop_report = _schedule_loops(canonical, machine, limits)
+    forms, algebra_report = _optimize_algebra(original, limits)  # type: ignore[arg-type]
+    scheduled = []
+    for form in forms:
+        canonical = lower(form, written=original)  # type: ignore[arg-type]
+        scheduled.append((form, canonical, *_schedule_loops(canonical, machine, limits)))
+    chosen, canonical, body, cost, canonical_cost, loop_report = min(
+        scheduled, key=lambda candidate: candidate[3]
+    )
     body = contract_temporaries(body)
     return Optimized(
         tuple(original),  # type: ignore[arg-type]
@@ -129,6 +160,7 @@ def optimize(
         canonical_cost,
         (algebra_report, loop_report),
         machine,
+        tuple(("; ".join(format_tensor(t) for t in c[0]), c[3]) for c in scheduled),
     )
 
 

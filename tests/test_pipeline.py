@@ -110,3 +110,15 @@ def test_column_sum_times_matrix(n: int) -> None:
     av, bv = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
     got = eqsat.compile(a.sum(axis=0) @ b)(av, bv)
     assert_close(got, av.astype(np.float64).sum(axis=0) @ bv, "float32")  # type: ignore[arg-type]
+
+
+def test_stage_two_schedules_the_best_algebraic_forms_and_keeps_the_fastest() -> None:
+    a, b, c = (eqsat.tensor(n, (32, 32), "float64") for n in "abc")
+    best = eqsat.optimize(a @ b + a @ c)
+    assert len(best.forms) == 2  # factored and unfactored: estimates within ALGEBRA_SLACK
+    assert best.cost == min(cycles for _, cycles in best.forms)
+    assert best.expr == "(a @ (b + c))"
+    rng = np.random.default_rng(5)
+    av, bv, cv = (rng.standard_normal((32, 32)) for _ in range(3))
+    got = eqsat.compile(a @ b + a @ c)(av, bv, cv)
+    np.testing.assert_allclose(got, av @ bv + av @ cv, rtol=1e-9, atol=1e-9)
