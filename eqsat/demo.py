@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 
 import numpy as np
 
 import eqsat
-
-
-def median_seconds(fn: Callable[[], object], repeats: int = 15) -> float:
-    """Median wall time of `fn` after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from eqsat.bench import interleaved_medians
 
 
 def _show(
@@ -39,7 +28,8 @@ def _show(
     c_lines = [line for line in body.splitlines() if "for (" in line or "_mm" in line]
     print("C (excerpt):")
     print("\n".join("  " + line.strip()[:110] for line in c_lines[:6]))
-    t_eqsat, t_numpy = median_seconds(ours), median_seconds(theirs)
+    medians = interleaved_medians({"eqsat": ours, "numpy": theirs}, repeats=15)
+    t_eqsat, t_numpy = medians["eqsat"], medians["numpy"]
     print(f"check against numpy: max |error| = {error:.2e}  {status}")
     print(
         f"median time: eqsat {t_eqsat * 1e3:.3f} ms, numpy {t_numpy * 1e3:.3f} ms, "
