@@ -1,5 +1,6 @@
-"""`python -m eqsat demo` (compile, check and time an MLP layer and a row softmax) and
-`python -m eqsat bench [options]` (the benchmark of eqsat/bench.py; `--help` lists the options).
+"""`python -m eqsat demo` (compile, check and time an MLP layer and a row softmax),
+`python -m eqsat bench [options]` (the benchmark of eqsat/bench.py; `--help` lists the options)
+and `python -m eqsat rules` (every rewrite rule with its identity and guard).
 
 numpy is timed with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (this machine's environment sets
 them, which halves OpenBLAS's sgemm): the comparison is against the best numpy.
@@ -24,11 +25,17 @@ def main(argv: list[str]) -> int:
     commands = {
         "demo": "compile and time an MLP layer and a softmax",
         "bench": "time eqsat against numpy on the benchmark workloads (see --help)",
+        "rules": "list every rewrite rule: name, identity, guard",
     }
-    if not argv or argv[0] not in commands or (argv[0] == "demo" and len(argv) > 1):
+    if not argv or argv[0] not in commands or (argv[0] != "bench" and len(argv) > 1):
         usage = "\n".join(f"  python -m eqsat {name:6} {text}" for name, text in commands.items())
         print(f"usage:\n{usage}", file=sys.stderr)
         return 2
+    if argv[0] == "rules":
+        from eqsat.catalog import print_rules
+
+        print_rules()
+        return 0
     _reexec_without_openblas_overrides()
     if argv[0] == "bench":
         from eqsat.bench import main as run_bench

@@ -1,0 +1,36 @@
+"""`python -m eqsat rules`: every rewrite rule eqsat runs on this machine, by family.
+
+Each line is the rule's name, its identity and its guard, from the same `Identity` definition
+that builds the egglog rule and its soundness test (so the list cannot go stale).
+"""
+
+from __future__ import annotations
+
+from extract.machine import Machine, host
+from rewrites.algebra import IDENTITIES as ALGEBRA
+from rewrites.annotate import annotate_identities
+from rewrites.fusion import IDENTITIES as FUSION
+from rewrites.interchange import IDENTITIES as INTERCHANGE
+from rewrites.rule import Identity
+from rewrites.tiling import split_identities, tile_sizes
+
+
+def rule_catalog(machine: Machine, dtype: str) -> list[tuple[str, tuple[Identity, ...]]]:
+    """(family, identities) for every rule family, with this machine's tiles and vector width."""
+    return [
+        ("algebra (stage 1)", ALGEBRA),
+        ("interchange", INTERCHANGE),
+        ("tiling", split_identities(tile_sizes(machine, dtype))),
+        ("fusion", FUSION),
+        ("annotate", annotate_identities(machine.lanes(dtype), machine.cores)),
+    ]
+
+
+def print_rules(machine: Machine | None = None, dtype: str = "float32") -> None:
+    machine = machine or host()
+    print(f"rules for {dtype} on {machine.isa}, {machine.cores} cores (* = finite inputs only)")
+    for family, identities in rule_catalog(machine, dtype):
+        print(f"\n== {family}: {len(identities)} rules")
+        for identity in identities:
+            mark = "*" if identity.finite_only else " "
+            print(f" {mark}{identity.describe()}")
