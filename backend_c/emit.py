@@ -16,6 +16,7 @@ from functools import partial
 
 from backend_c.abi import C_TYPES, prototype
 from backend_c.isa import VectorIsa
+from backend_c.vmath import VECTOR_FUNCTIONS
 from eqsat.loops import (
     RegisterTile,
     access_kind,
@@ -83,6 +84,7 @@ class _Emitter:
         self.isa = isa
         self.scope: list[Term] = []
         self.fixed: dict[Term, str] = {}  # axes of unrolled loops -> their value in this copy
+        self.uses_math = False  # a vector exp/log/tanh/sigmoid was emitted
         self.parallel_depth = 0
         self.lines: list[str] = []
         self.depth = 1
@@ -172,6 +174,7 @@ class _Emitter:
             case "Scalar.const":
                 return self.vector.broadcast(self.literal(float(a[0])))  # type: ignore[arg-type]
             case "Scalar.unary":
+                self.uses_math |= a[0] in VECTOR_FUNCTIONS
                 return self.vector.unary(str(a[0]), self.vector_scalar(a[1], base, mask))  # type: ignore
             case "Scalar.binary":
                 x = self.vector_scalar(a[1], base, mask)  # type: ignore[arg-type]
@@ -393,7 +396,7 @@ def emit(program: LoopProgram, isa: str, symbol: str = "eqsat_kernel") -> str:
         "#include <stdlib.h>",
     ]
     if emitter.vector is not None:
-        header += ["#include <immintrin.h>", "", emitter.vector.preamble()]
+        header += ["#include <immintrin.h>", "", emitter.vector.preamble(emitter.uses_math)]
     signature = prototype(
         _identifier(symbol),
         len(program.inputs),

@@ -120,8 +120,9 @@ class VectorIsa:
         """Horizontal sum or max of all lanes (helper functions from `preamble`)."""
         return f"eq_hreduce_{op}({vector})"
 
-    def preamble(self) -> str:
-        """C helpers for horizontal reductions and vector math; emitted once per kernel."""
+    def preamble(self, with_math: bool) -> str:
+        """C helpers for horizontal reductions, and the vector math functions when the kernel
+        calls them (`with_math`); emitted once per kernel."""
         ctype = "float" if self.dtype == "float32" else "double"
         lines = []
         for op, combine in (("sum", "{a} + {b}"), ("max", "({a} > {b} ? {a} : {b})")):
@@ -134,5 +135,6 @@ class VectorIsa:
                 f"    for (int i = 1; i < {self.lanes}; ++i) r = {step};\n"
                 f"    return r;\n}}\n"
             )
-        lines.append(vector_math(self))
+        if with_math:
+            lines.append(vector_math(self))
         return "\n".join(lines)

@@ -75,7 +75,7 @@ def harness(isa_name: str, dtype: str) -> Any:
             "#include <stdint.h>",
             "#include <string.h>",
             "#include <immintrin.h>",
-            isa.preamble(),
+            isa.preamble(with_math=True),
             *functions,
         ]
     )

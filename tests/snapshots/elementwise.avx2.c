@@ -150,8 +150,14 @@ static inline eqv_f eq_vsigmoid(eqv_f x) {
 
 void eqsat_kernel(const float *restrict in0, const float *restrict in1, float *restrict out0) {
     for (int64_t i0 = 0; i0 < 8; ++i0) {
-        for (int64_t i1 = 0; i1 < 20; ++i1) {
-            out0[i0 * 20 + i1] = (fmaxf(((in0[i0 * 20 + i1] * in1[i1]) + 1.5f), 0) - expf(in0[i0 * 20 + i1]));
+        {
+            int64_t i1 = 0;
+            for (; i1 + 8 <= 20; i1 += 8) {
+                _mm256_storeu_ps(&out0[i0 * 20 + i1], _mm256_sub_ps(_mm256_max_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(&in0[i0 * 20 + i1]), _mm256_loadu_ps(&in1[i1])), _mm256_set1_ps(1.5f)), _mm256_set1_ps(0)), eq_vexp(_mm256_loadu_ps(&in0[i0 * 20 + i1]))));
+            }
+            for (; i1 < 20; ++i1) {
+                out0[i0 * 20 + i1] = (fmaxf(((in0[i0 * 20 + i1] * in1[i1]) + 1.5f), 0) - expf(in0[i0 * 20 + i1]));
+            }
         }
     }
 }

@@ -150,8 +150,15 @@ static inline eqv_f eq_vsigmoid(eqv_f x) {
 
 void eqsat_kernel(const float *restrict in0, const float *restrict in1, float *restrict out0) {
     for (int64_t i0 = 0; i0 < 8; ++i0) {
-        for (int64_t i1 = 0; i1 < 20; ++i1) {
-            out0[i0 * 20 + i1] = (fmaxf(((in0[i0 * 20 + i1] * in1[i1]) + 1.5f), 0) - expf(in0[i0 * 20 + i1]));
+        {
+            int64_t i1 = 0;
+            for (; i1 + 16 <= 20; i1 += 16) {
+                _mm512_storeu_ps(&out0[i0 * 20 + i1], _mm512_sub_ps(_mm512_max_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(&in0[i0 * 20 + i1]), _mm512_loadu_ps(&in1[i1])), _mm512_set1_ps(1.5f)), _mm512_set1_ps(0)), eq_vexp(_mm512_loadu_ps(&in0[i0 * 20 + i1]))));
+            }
+            if (i1 < 20) {
+                __mmask16 tail = ((__mmask16)((1u << (20 - i1)) - 1u));
+                _mm512_mask_storeu_ps(&out0[i0 * 20 + i1], tail, _mm512_sub_ps(_mm512_max_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(tail, &in0[i0 * 20 + i1]), _mm512_maskz_loadu_ps(tail, &in1[i1])), _mm512_set1_ps(1.5f)), _mm512_set1_ps(0)), eq_vexp(_mm512_maskz_loadu_ps(tail, &in0[i0 * 20 + i1]))));
+            }
         }
     }
 }

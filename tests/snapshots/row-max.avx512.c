@@ -20,141 +20,30 @@ static inline float eq_hreduce_max(__m512 v) {
     return r;
 }
 
-/* Vector math primitives for avx512 float32 (backend_c/vmath.py). */
-typedef __m512 eqv_f;
-typedef __m512i eqv_i;
-typedef __mmask16 eqv_m;
-static inline eqv_f eqv_set(float c) { return _mm512_set1_ps(c); }
-static inline eqv_i eqv_iset(int32_t c) { return _mm512_set1_epi32(c); }
-static inline eqv_i eqv_bits(eqv_f a) { return _mm512_castps_si512(a); }
-static inline eqv_f eqv_float(eqv_i a) { return _mm512_castsi512_ps(a); }
-static inline eqv_f eqv_add(eqv_f a, eqv_f b) { return _mm512_add_ps(a, b); }
-static inline eqv_f eqv_sub(eqv_f a, eqv_f b) { return _mm512_sub_ps(a, b); }
-static inline eqv_f eqv_mul(eqv_f a, eqv_f b) { return _mm512_mul_ps(a, b); }
-static inline eqv_f eqv_div(eqv_f a, eqv_f b) { return _mm512_div_ps(a, b); }
-static inline eqv_f eqv_and(eqv_f a, eqv_f b) { return _mm512_and_ps(a, b); }
-static inline eqv_f eqv_or(eqv_f a, eqv_f b) { return _mm512_or_ps(a, b); }
-static inline eqv_f eqv_andnot(eqv_f a, eqv_f b) { return _mm512_andnot_ps(a, b); }
-static inline eqv_f eqv_min(eqv_f a, eqv_f b) { return _mm512_min_ps(a, b); }
-static inline eqv_f eqv_max(eqv_f a, eqv_f b) { return _mm512_max_ps(a, b); }
-/* a*b + c and c - a*b, rounded once. */
-static inline eqv_f eqv_fma(eqv_f a, eqv_f b, eqv_f c) { return _mm512_fmadd_ps(a, b, c); }
-static inline eqv_f eqv_fnma(eqv_f a, eqv_f b, eqv_f c) { return _mm512_fnmadd_ps(a, b, c); }
-static inline eqv_f eqv_round(eqv_f a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-static inline eqv_m eqv_lt(eqv_f a, eqv_f b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
-static inline eqv_m eqv_gt(eqv_f a, eqv_f b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
-static inline eqv_m eqv_ge(eqv_f a, eqv_f b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
-static inline eqv_m eqv_eq(eqv_f a, eqv_f b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
-static inline eqv_m eqv_both(eqv_m a, eqv_m b) { return a & b; }
-/* The lanes of t where m is set, of f elsewhere. */
-static inline eqv_f eqv_select(eqv_m m, eqv_f t, eqv_f f) { return _mm512_mask_blend_ps(m, f, t); }
-static inline eqv_i eqv_iadd(eqv_i a, eqv_i b) { return _mm512_add_epi32(a, b); }
-static inline eqv_i eqv_iand(eqv_i a, eqv_i b) { return _mm512_and_si512(a, b); }
-static inline eqv_i eqv_ior(eqv_i a, eqv_i b) { return _mm512_or_si512(a, b); }
-/* Shift left / right (logical) by the mantissa width. */
-static inline eqv_i eqv_ishl(eqv_i a) { return _mm512_slli_epi32(a, 23); }
-static inline eqv_i eqv_ishr(eqv_i a) { return _mm512_srli_epi32(a, 23); }
-
-/* 2^k for integer-valued k whose power is a normal number: k + 1.5*2^mant + bias has k + bias
-   in its low bits, which the shift moves into the exponent field. */
-static inline eqv_f eqv_pow2i(eqv_f k) {
-    return eqv_float(eqv_ishl(eqv_bits(eqv_add(k, eqv_set(0x1.8000fep+23)))));
-}
-
-/* p * 2^k for integer-valued k with |k| at most twice the exponent bias and p near 1: the first
-   factor keeps the product normal, so a subnormal result is rounded once, by the second. */
-static inline eqv_f eqv_ldexp(eqv_f p, eqv_f k) {
-    eqv_f k1 = eqv_round(eqv_mul(k, eqv_set(0.5)));
-    return eqv_mul(eqv_mul(p, eqv_pow2i(k1)), eqv_pow2i(eqv_sub(k, k1)));
-}
-
-/* k = round(x / ln2) and *r = x - k*ln2, |*r| <= ln2/2 (plus rounding); ln2 = hi + lo. */
-static inline eqv_f eqv_reduce(eqv_f x, eqv_f *r) {
-    eqv_f k = eqv_round(eqv_mul(x, eqv_set(0x1.715476p+0)));
-    *r = eqv_fnma(k, eqv_set(-0x1.05c61p-29), eqv_fnma(k, eqv_set(0x1.62e43p-1), x));
-    return k;
-}
-
-/* expm1(r) for |r| <= ln2/2: r + r^2 * (1/2! + r/3! + ...), Taylor, relatively accurate at 0. */
-static inline eqv_f eqv_expm1_reduced(eqv_f r) {
-    eqv_f p = eqv_set(0x1.a01a02p-16);
-    p = eqv_fma(p, r, eqv_set(0x1.a01a02p-13));
-    p = eqv_fma(p, r, eqv_set(0x1.6c16c2p-10));
-    p = eqv_fma(p, r, eqv_set(0x1.111112p-7));
-    p = eqv_fma(p, r, eqv_set(0x1.555556p-5));
-    p = eqv_fma(p, r, eqv_set(0x1.555556p-3));
-    p = eqv_fma(p, r, eqv_set(0x1p-1));
-    return eqv_fma(eqv_mul(r, r), p, r);
-}
-
-/* e^x: 0 below the clamp, +inf past overflow, NaN for NaN. */
-static inline eqv_f eq_vexp(eqv_f x) {
-    /* min/max return their second operand when either is NaN, so NaN passes the clamp. */
-    eqv_f clamped = eqv_max(eqv_set(-0x1.b8p+6), eqv_min(eqv_set(0x1.68p+6), x));
-    eqv_f r;
-    eqv_f k = eqv_reduce(clamped, &r);
-    return eqv_ldexp(eqv_add(eqv_expm1_reduced(r), eqv_set(1)), k);
-}
-
-/* log(x): -inf at +-0, NaN below 0 and for NaN, +inf at +inf; subnormal x is exact-scaled. */
-static inline eqv_f eq_vlog(eqv_f x) {
-    eqv_m tiny = eqv_lt(x, eqv_set(0x1p-126));
-    eqv_f scaled = eqv_select(tiny, eqv_mul(x, eqv_set(0x1p+24)), x);
-    /* x = m * 2^k, m in [sqrt(1/2), sqrt(2)): after adding bits(1) - bits(sqrt(1/2)), the
-       exponent field holds k + bias and the mantissa field plus bits(sqrt(1/2)) is m. */
-    eqv_i bits = eqv_iadd(eqv_bits(scaled), eqv_iset(0x4afb0d));
-    eqv_i mantissa = eqv_iand(bits, eqv_iset(0x7fffff));
-    eqv_f m = eqv_float(eqv_iadd(mantissa, eqv_iset(0x3f3504f3)));
-    eqv_f k = eqv_sub(eqv_float(eqv_ior(eqv_ishr(bits), eqv_iset(0x4b000000))),
-                      eqv_set(0x1.0000fep+23));
-    k = eqv_sub(k, eqv_select(tiny, eqv_set(0x1.8p+4), eqv_set(0)));
-    /* log(1 + f) = 2 atanh(s) = f - (f^2/2 - s * (f^2/2 + R)), R = 2s^2/3 + 2s^4/5 + ... */
-    eqv_f f = eqv_sub(m, eqv_set(1));
-    eqv_f s = eqv_div(f, eqv_add(f, eqv_set(2)));
-    eqv_f z = eqv_mul(s, s);
-    eqv_f p = eqv_set(0x1.c71c72p-3);
-    p = eqv_fma(p, z, eqv_set(0x1.24924ap-2));
-    p = eqv_fma(p, z, eqv_set(0x1.99999ap-2));
-    p = eqv_fma(p, z, eqv_set(0x1.555556p-1));
-    eqv_f half_f2 = eqv_mul(eqv_mul(f, f), eqv_set(0.5));
-    eqv_f log_m = eqv_sub(f, eqv_fnma(s, eqv_fma(z, p, half_f2), half_f2));
-    eqv_f y = eqv_fma(k, eqv_set(0x1.62e43p-1), eqv_fma(k, eqv_set(-0x1.05c61p-29), log_m));
-    eqv_f zero = eqv_set(0);
-    eqv_f special = eqv_select(eqv_eq(x, zero), eqv_set(-INFINITY),
-                               eqv_select(eqv_lt(x, zero), eqv_set(NAN), x));
-    return eqv_select(eqv_both(eqv_gt(x, zero), eqv_lt(x, eqv_set(INFINITY))), y, special);
-}
-
-/* tanh(x) = e / (e + 2) with e = expm1(2|x|), sign of x restored; +-1 beyond rounding to 1. */
-static inline eqv_f eq_vtanh(eqv_f x) {
-    eqv_f sign = eqv_set(-0.0);
-    eqv_f a = eqv_andnot(sign, x);
-    eqv_f y = eqv_min(eqv_set(0x1.233334p+4), eqv_add(a, a));  /* NaN passes */
-    eqv_f r;
-    eqv_f k = eqv_reduce(y, &r);
-    /* expm1(y) = 2^k expm1(r) + (2^k - 1) */
-    eqv_f scale = eqv_pow2i(k);
-    eqv_f e = eqv_fma(scale, eqv_expm1_reduced(r), eqv_sub(scale, eqv_set(1)));
-    eqv_f t = eqv_div(e, eqv_add(e, eqv_set(2)));
-    return eqv_or(t, eqv_and(sign, x));
-}
-
-/* 1 / (1 + e^-x), as 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0, e = e^-|x| <= 1. */
-static inline eqv_f eq_vsigmoid(eqv_f x) {
-    eqv_f sign = eqv_set(-0.0);
-    eqv_f e = eq_vexp(eqv_or(x, sign));
-    eqv_f numerator = eqv_select(eqv_ge(x, eqv_set(0)), eqv_set(1), e);
-    return eqv_div(numerator, eqv_add(eqv_set(1), e));
-}
-
 
 void eqsat_kernel(const float *restrict in0, float *restrict out0) {
-    for (int64_t i0 = 0; i0 < 8; ++i0) {
-        out0[i0] = (-INFINITY);
+    {
+        int64_t i0 = 0;
+        for (; i0 + 16 <= 8; i0 += 16) {
+            _mm512_storeu_ps(&out0[i0], _mm512_set1_ps((-INFINITY)));
+        }
+        if (i0 < 8) {
+            __mmask16 tail = ((__mmask16)((1u << (8 - i0)) - 1u));
+            _mm512_mask_storeu_ps(&out0[i0], tail, _mm512_set1_ps((-INFINITY)));
+        }
     }
     for (int64_t i0 = 0; i0 < 8; ++i0) {
-        for (int64_t r1 = 0; r1 < 20; ++r1) {
-            out0[i0] = fmaxf(out0[i0], in0[i0 * 20 + r1]);
+        {
+            int64_t r1 = 0;
+            __m512 acc = _mm512_set1_ps((-INFINITY));
+            for (; r1 + 16 <= 20; r1 += 16) {
+                acc = _mm512_max_ps(acc, _mm512_loadu_ps(&in0[i0 * 20 + r1]));
+            }
+            if (r1 < 20) {
+                __mmask16 tail = ((__mmask16)((1u << (20 - r1)) - 1u));
+                acc = _mm512_mask_max_ps(acc, tail, acc, _mm512_maskz_loadu_ps(tail, &in0[i0 * 20 + r1]));
+            }
+            out0[i0] = fmaxf(out0[i0], eq_hreduce_max(acc));
         }
     }
 }
