@@ -68,10 +68,11 @@ def access_kind(index_list: Term, axis: Term) -> str | None:
     return None
 
 
-def _loads(scalar: Term) -> list[Term]:
+def loads_in(scalar: Term) -> list[Term]:
+    """Every Scalar.load inside a scalar expression."""
     if scalar.op == "Scalar.load":
         return [scalar]
-    return [load for a in scalar.args if isinstance(a, Term) for load in _loads(a)]
+    return [load for a in scalar.args if isinstance(a, Term) for load in loads_in(a)]
 
 
 def _vector_ops_ok(scalar: Term) -> bool:
@@ -87,7 +88,7 @@ def vectorizable(axis: Term, body: Term) -> bool:
         return False
     buffer, target, value = body.args[0], body.args[1], body.args[-1]
     assert isinstance(target, Term) and isinstance(value, Term)
-    loads = _loads(value)
+    loads = loads_in(value)
     if any(load.args[0] == buffer for load in loads) or not _vector_ops_ok(value):
         return False
     if any(access_kind(load.args[1], base) is None for load in loads):  # type: ignore[arg-type]
@@ -95,19 +96,6 @@ def vectorizable(axis: Term, body: Term) -> bool:
     target_kind = access_kind(target, base)
     horizontal = body.op == "Stmt.accumulate" and target_kind == "uniform"
     return target_kind == "contiguous" or horizontal
-
-
-def contains_parallel(statement: Term) -> bool:
-    """True when a Parallel loop runs somewhere inside `statement` (OpenMP does not nest)."""
-    if statement.op == "Stmt.loop":
-        kind = statement.args[1]
-        assert isinstance(kind, Term)
-        if kind.op == "LoopKind.parallel":
-            return True
-    return any(
-        isinstance(a, Term) and a.op.startswith("Stmt.") and contains_parallel(a)
-        for a in statement.args
-    )
 
 
 def split_tile(axis: Term, bound: Iterable[Term]) -> int | None:
@@ -166,7 +154,7 @@ def register_tile(axis: Term, body: Term, isa: str, lanes: int) -> RegisterTile 
         return None
     buffer, target, value = body.args[0], body.args[1], body.args[3]
     assert isinstance(target, Term) and isinstance(value, Term)
-    if depends_on(target, axis) or any(load.args[0] == buffer for load in _loads(value)):
+    if depends_on(target, axis) or any(load.args[0] == buffer for load in loads_in(value)):
         return None
     # Each copy must own its element: the target holds every unrolled axis, or an axis it was
     # split from, plainly (a sum over the unrolled axis, t[i] += x[r, i] with r unrolled, would

@@ -32,6 +32,7 @@ from eqsat.loops import (
     axis_extent,
     base_axis,
     depends_on,
+    loads_in,
     pieces_of,
     register_tile,
     row_loop_of,
@@ -147,7 +148,7 @@ class LoopCost:
     def leaf(self, statement: Term) -> Estimate:
         buffer, target, value = statement.args[0], statement.args[1], statement.args[-1]
         assert isinstance(target, Term) and isinstance(value, Term)
-        loads = _loads(value)
+        loads = loads_in(value)
         accumulate = statement.op == "Stmt.accumulate"
         compute = (
             (len(loads) + accumulate) / LOADS_PER_CYCLE
@@ -208,7 +209,7 @@ class LoopCost:
         if tile.vector_axis is not None:
             tile_axes.append((tile.vector_axis, axis_extent(tile.vector_axis) // self.lanes))
         operand_loads = 0
-        for load in _loads(value):
+        for load in loads_in(value):
             index = load.args[1]
             assert isinstance(index, Term)
             operand_loads += math.prod(n for a, n in tile_axes if depends_on(index, a))
@@ -304,12 +305,6 @@ def _contiguous_run(index: Term, inner: frozenset[Term]) -> int:
     assert isinstance(axis, Term)
     unit = [a for a in inner if base_axis(a) == axis or a == axis]
     return max((axis_extent(a) for a in unit), default=1)
-
-
-def _loads(scalar: Term) -> list[Term]:
-    if scalar.op == "Scalar.load":
-        return [scalar]
-    return [load for a in scalar.args if isinstance(a, Term) for load in _loads(a)]
 
 
 def _ops(scalar: Term) -> int:
