@@ -25,6 +25,7 @@ from extract.loop_cost import LoopCost
 from extract.machine import Machine, host
 from extract.tensor_cost import TensorCost
 from rewrites.algebra import algebra_rules
+from rewrites.algebra_facts import algebra_facts
 from rewrites.contraction import contract_temporaries
 from rewrites.lowering import lower
 from rewrites.schedule import ROOT, schedule
@@ -105,7 +106,7 @@ def _optimize_algebra(
     egraph = EGraph()
     for k, root in enumerate(roots):
         egraph.let(f"root{k}", to_egglog(root))
-    report = saturate(egraph, algebra_rules(), limits, "algebra")
+    report = saturate(egraph, algebra_rules(), limits, "algebra", facts=algebra_facts)
     graph = SerializedGraph(egraph)
     cost = TensorCost()
     if len(roots) > 1:
@@ -147,6 +148,8 @@ def optimize(
     for form in forms:
         canonical = lower(form, written=original)  # type: ignore[arg-type]
         scheduled.append((form, canonical, *_schedule_loops(canonical, machine, limits)))
+        if scheduled[-1][-1].stop_reason != "saturated":
+            break  # a stage that hit its limits leaves no budget for another form
     chosen, canonical, body, cost, canonical_cost, loop_report = min(
         scheduled, key=lambda candidate: candidate[3]
     )

@@ -1,10 +1,13 @@
 """The saturation driver: runs a schedule in small steps and enforces every limit.
 
 egglog 13 has no node limit and no timeout, so the driver checks the e-graph's size and the
-elapsed time between steps. One step = the analyses run to saturation, then one round of the
-rewrite rules (DESIGN §4: analyses are saturated before the rules that read them). It stops on
-saturation, node limit, time limit or iteration limit and says which; a limit is never an error.
-A limit can be overshot by at most one step.
+elapsed time between runs. One step = the analyses (`facts`) run to saturation, then one round
+of the rewrite rules (DESIGN §4: analyses are saturated before the rules that read them). The
+analyses are run one iteration at a time with the limits checked in between, because on a large
+e-graph their saturation alone can take minutes; if a limit stops them half-way, no rule runs
+on the half-computed facts (a guard could pass wrongly) and the e-graph is used as it is. It
+stops on saturation, node limit, time limit or iteration limit and says which; a limit is never
+an error. A limit can be overshot by at most one rule round or one analysis iteration.
 
 Tripwires run after every step: a merge of two different literals (`TExpr.const(1.0)` with
 `TExpr.const(2.0)`, two inputs, two loop constants) or of two tensors of different shapes (egglog
@@ -105,12 +108,16 @@ def term_nodes(egraph: EGraph) -> int:
     return sum(size for fn, size in egraph.all_function_sizes() if str(fn) in CONSTRUCTORS)
 
 
-def saturate(egraph: EGraph, step: Schedule, limits: Limits, stage: str) -> SaturationReport:
-    """Run `step` until saturation or a limit; returns the report (never raises on a limit).
+def saturate(
+    egraph: EGraph, rules: Schedule, limits: Limits, stage: str, facts: Schedule | None = None
+) -> SaturationReport:
+    """Run `facts` to saturation then one round of `rules`, until saturation or a limit; returns
+    the report (never raises on a limit).
 
-    Raises UnsoundMergeError when a tripwire fires (a rule in `step` is unsound)."""
+    Raises UnsoundMergeError when a tripwire fires (a rule in `rules` is unsound)."""
     report = SaturationReport(stage)
     start = time.perf_counter()
+    facts_pending = facts is not None
     while True:
         report.nodes = term_nodes(egraph)
         report.seconds = time.perf_counter() - start
@@ -123,7 +130,11 @@ def saturate(egraph: EGraph, step: Schedule, limits: Limits, stage: str) -> Satu
         if report.iterations >= limits.iterations:
             report.stop_reason = "iteration limit"
             break
-        run = _run_step(egraph, step, report)
+        if facts_pending:
+            assert facts is not None
+            facts_pending = _run_step(egraph, facts, report).updated
+            continue
+        run = _run_step(egraph, rules, report)
         report.iterations += 1
         fired = _rule_matches(run)
         report.matches.update(fired)
@@ -133,6 +144,7 @@ def saturate(egraph: EGraph, step: Schedule, limits: Limits, stage: str) -> Satu
             report.nodes = term_nodes(egraph)
             report.seconds = time.perf_counter() - start
             break
+        facts_pending = facts is not None
     return report
 
 

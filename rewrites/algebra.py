@@ -7,16 +7,15 @@
     algebra_facts        the shape and operand-count analyses the guards read
 
 Every identity holds with numpy broadcasting and keeps the result shape (the shape analysis
-panics if a merge ever changes one). `algebra_rules()` is the saturation step the driver
-repeats: the analyses to saturation, then one round of every identity.
+panics if a merge ever changes one). The driver repeats a step of `algebra_facts` to saturation,
+then one round of `algebra_rules()`.
 """
 
 from __future__ import annotations
 
-from egglog import Schedule, ruleset
+from egglog import Ruleset, ruleset
 
 from rewrites import algebra_elementwise, algebra_layout, algebra_matmul, algebra_reduce
-from rewrites.algebra_facts import algebra_facts
 from rewrites.rule import Identity
 
 IDENTITIES: tuple[Identity, ...] = (
@@ -27,8 +26,9 @@ IDENTITIES: tuple[Identity, ...] = (
 )
 
 
-def algebra_rules() -> Schedule:
-    """One saturation step of stage 1: the analyses saturated, then one round of IDENTITIES."""
+def algebra_rules() -> Ruleset:
+    """The rewrites of stage 1; the driver runs `algebra_facts` to saturation before each round
+    (`saturate(egraph, algebra_rules(), limits, "algebra", facts=algebra_facts)`)."""
     rules = ruleset(name="algebra")
     rules.register(*(identity.egglog_rule() for identity in IDENTITIES))
-    return algebra_facts.saturate() + rules
+    return rules

@@ -42,5 +42,5 @@ def schedule(
     egraph = EGraph()
     mark_program(egraph, egraph.let(ROOT, to_egglog(body)))
     facts = unstable_combine_rulesets(analysis, fusion_candidates(), name="loop-facts")
-    report = saturate(egraph, facts.saturate() + loop_rules(machine, dtype, tiles), limits, "loops")
+    report = saturate(egraph, loop_rules(machine, dtype, tiles), limits, "loops", facts=facts)
     return egraph, report

@@ -417,7 +417,7 @@ def test_tripwire_fail_two_literals_merged() -> None:
     x = eqsat.tensor("x", (3, 3))
     step = algebra_rules() + ruleset(one_is_two.egglog_rule(), name="wrong")
     with pytest.raises(UnsoundMergeError, match=r"TExpr.const\(1.0\) with TExpr.const\(2.0\)"):
-        saturate(algebra_egraph(x * 1.0 + 2.0), step, Limits(), "algebra")
+        saturate(algebra_egraph(x * 1.0 + 2.0), step, Limits(), "algebra", facts=algebra_facts)
 
 
 def test_tripwire_fail_shape_changed() -> None:
@@ -425,7 +425,7 @@ def test_tripwire_fail_shape_changed() -> None:
     x = eqsat.tensor("x", (2, 3))
     step = algebra_rules() + ruleset(transpose_drop.egglog_rule(), name="wrong")
     with pytest.raises(UnsoundMergeError, match="shape"):
-        saturate(algebra_egraph(x.T + 1.0), step, Limits(), "algebra")
+        saturate(algebra_egraph(x.T + 1.0), step, Limits(), "algebra", facts=algebra_facts)
 
 
 # ---------------------------------------------------------------- rewrites that must be found
@@ -434,7 +434,7 @@ def test_tripwire_fail_shape_changed() -> None:
 def best_form(expr: eqsat.Tensor, limits: Limits | None = None) -> tuple[Term, SaturationReport]:
     """The algebra stage as eqsat.api runs it: saturate, then extract with TensorCost."""
     egraph = algebra_egraph(expr)
-    report = saturate(egraph, algebra_rules(), limits or Limits(), "algebra")
+    report = saturate(egraph, algebra_rules(), limits or Limits(), "algebra", facts=algebra_facts)
     graph = SerializedGraph(egraph)
     return graph.extract(graph.root("root"), TensorCost())[0], report
 
