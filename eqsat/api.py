@@ -6,8 +6,9 @@ best = eqsat.optimize(y)                         # the same stages without build
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from egglog import EGraph
 
@@ -43,6 +44,14 @@ CANDIDATES_UP_TO_NODES = 10_000
 
 
 @dataclass(frozen=True)
+class Candidate:
+    """One loop program the kernel e-graph holds, and the cost model's predicted cycles."""
+
+    program: LoopProgram
+    predicted: float
+
+
+@dataclass(frozen=True)
 class Optimized:
     """What the optimizer chose, and why (`report()`)."""
 
@@ -55,6 +64,27 @@ class Optimized:
     stages: tuple[SaturationReport, SaturationReport]
     machine: Machine
     forms: tuple[tuple[str, float], ...] = ()  # each algebraic form scheduled, predicted cycles
+    loop_graph: SerializedGraph | None = field(default=None, compare=False, repr=False)
+
+    def candidates(self, best: int, *, sampled: int = 0, seed: int = 0) -> list[Candidate]:
+        """Distinct loop programs of the chosen form's kernel e-graph, each with its predicted
+        cycles: the `best` cheapest under the cost model, then up to `sampled` more drawn at
+        random (`extract_random` with `seed`), which reach the slow corners of the e-graph too.
+        The first candidate is `program`. Temporaries are contracted as in `program`."""
+        assert self.loop_graph is not None, "built by optimize()"
+        graph, root = self.loop_graph, self.loop_graph.root(ROOT)
+        cost = LoopCost(self.machine, self.program.dtype)
+        bodies = dict(graph.extract_top(root, cost, best))
+        rng = random.Random(seed)
+        for _ in range(sampled * 4):  # random draws repeat; a bounded number of tries
+            if len(bodies) >= best + sampled:
+                break
+            body = graph.extract_random(root, rng)
+            bodies.setdefault(body, cost.estimate(body).cycles)
+        return [
+            Candidate(self.program.with_body(contract_temporaries(body)), predicted)
+            for body, predicted in bodies.items()
+        ]
 
     @property
     def expr(self) -> str:
@@ -120,15 +150,31 @@ def _optimize_algebra(
     return [[term] for term in forms.values()], report
 
 
+@dataclass(frozen=True)
+class _Scheduled:
+    """One algebraic form through stage 2."""
+
+    form: list[Term]
+    canonical: LoopProgram
+    body: Term  # the extracted nest, before contraction
+    cost: float
+    canonical_cost: float
+    report: SaturationReport
+    graph: SerializedGraph
+
+
 def _schedule_loops(
-    program: LoopProgram, machine: Machine, limits: Limits
-) -> tuple[Term, float, float, SaturationReport]:
-    egraph, report = schedule(program.body, machine, program.dtype, limits)
+    form: list[Term], written: list[Term], machine: Machine, limits: Limits
+) -> _Scheduled:
+    canonical = lower(form, written=written)
+    egraph, report = schedule(canonical.body, machine, canonical.dtype, limits)
     graph = SerializedGraph(egraph)
-    cost = LoopCost(machine, program.dtype)
+    cost = LoopCost(machine, canonical.dtype)
     keep = CANDIDATES_PER_CLASS if graph.size <= CANDIDATES_UP_TO_NODES else 1
     (body, predicted), *_ = graph.extract_top(graph.root(ROOT), cost, keep)
-    return body, predicted, cost.estimate(program.body).cycles, report
+    return _Scheduled(
+        form, canonical, body, predicted, cost.estimate(canonical.body).cycles, report, graph
+    )
 
 
 def optimize(
@@ -144,26 +190,23 @@ def optimize(
     original = [to_term(t.expr) for t in tensors]
     assert all(isinstance(t, Term) for t in original)
     forms, algebra_report = _optimize_algebra(original, limits)  # type: ignore[arg-type]
-    scheduled = []
+    scheduled: list[_Scheduled] = []
     for form in forms:
-        canonical = lower(form, written=original)  # type: ignore[arg-type]
-        scheduled.append((form, canonical, *_schedule_loops(canonical, machine, limits)))
-        if scheduled[-1][-1].stop_reason != "saturated":
+        scheduled.append(_schedule_loops(form, original, machine, limits))  # type: ignore[arg-type]
+        if scheduled[-1].report.stop_reason != "saturated":
             break  # a stage that hit its limits leaves no budget for another form
-    chosen, canonical, body, cost, canonical_cost, loop_report = min(
-        scheduled, key=lambda candidate: candidate[3]
-    )
-    body = contract_temporaries(body)
+    best = min(scheduled, key=lambda candidate: candidate.cost)
     return Optimized(
         tuple(original),  # type: ignore[arg-type]
-        tuple(chosen),
-        canonical,
-        canonical.with_body(body),
-        cost,
-        canonical_cost,
-        (algebra_report, loop_report),
+        tuple(best.form),
+        best.canonical,
+        best.canonical.with_body(contract_temporaries(best.body)),
+        best.cost,
+        best.canonical_cost,
+        (algebra_report, best.report),
         machine,
-        tuple(("; ".join(format_tensor(t) for t in c[0]), c[3]) for c in scheduled),
+        tuple(("; ".join(format_tensor(t) for t in c.form), c.cost) for c in scheduled),
+        best.graph,
     )
 
 
@@ -173,31 +216,45 @@ def compile(  # noqa: A001 - the public name is part of the stable API (DESIGN Â
     limits: Limits | None = None,
     machine: Machine | None = None,
     isa: str | None = None,
+    autotune: bool | int = False,
 ) -> Kernel:
     """Optimize `outputs` and build a C kernel for them.
 
     `isa` forces "avx512", "avx2" or "scalar" (default: the best this machine runs). A list of
-    outputs gives a kernel that returns a tuple. Raises CompileError if the C compiler fails."""
+    outputs gives a kernel that returns a tuple. `autotune=True` (or a number of candidates)
+    compiles and times the cost model's best candidates and keeps the fastest, remembered in the
+    compile cache (`eqsat.autotune`). Raises CompileError if the C compiler fails."""
     _, returns_tuple = _outputs(outputs)
     machine = machine or host()
     if isa is not None:
         machine = machine.with_isa(isa)
     best = optimize(outputs, limits=limits, machine=machine)
-    program = best.program
-    source = emit(program, machine.isa, SYMBOL)
+    if autotune:
+        from eqsat.autotune import DEFAULT_CANDIDATES, fastest
+
+        count = DEFAULT_CANDIDATES if autotune is True else int(autotune)
+        return fastest(best, count, returns_tuple=returns_tuple)
+    return build(best.program, best, returns_tuple=returns_tuple)
+
+
+def build(program: LoopProgram, optimized: Optimized, *, returns_tuple: bool = False) -> Kernel:
+    """Emit, compile and load `program`, one of `optimized`'s candidates (its `program`, or one
+    of `candidates()`), for `optimized.machine`'s ISA. Raises CompileError if gcc fails."""
+    isa = optimized.machine.isa
+    source = emit(program, isa, SYMBOL)
     cdef = (
         prototype(SYMBOL, len(program.inputs), len(program.outputs), program.dtype, for_cdef=True)
         + ";"
     )
-    library = build_library(source, cdef, GCC_FLAGS[machine.isa])
+    library = build_library(source, cdef, GCC_FLAGS[isa])
     return Kernel(
         library,
         SYMBOL,
         [TensorSpec(name, shape) for name, shape in program.inputs],
         [TensorSpec(f"out{k}", shape) for k, shape in enumerate(program.outputs)],
         program.dtype,
-        returns_tuple,
+        returns_tuple or len(program.outputs) > 1,
         source,
-        best.report(),
-        best.stages,
+        optimized.report(),
+        optimized.stages,
     )
