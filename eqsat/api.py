@@ -19,10 +19,11 @@ from backend_c.isa import GCC_FLAGS
 from backend_c.kernel import Kernel, TensorSpec
 from eqsat.frontend import Tensor
 from eqsat.pretty import format_loops, format_tensor
+from eqsat.progress import Progress
 from eqsat.saturate import Limits, SaturationReport, saturate
 from eqsat.terms import LoopProgram, Term, to_egglog, to_term
 from extract.extractor import SerializedGraph
-from extract.loop_cost import LoopCost
+from extract.loop_cost import Estimate, LoopCost
 from extract.machine import Machine, host
 from extract.tensor_cost import TensorCost
 from rewrites.algebra import algebra_rules
@@ -64,6 +65,7 @@ class Optimized:
     stages: tuple[SaturationReport, SaturationReport]
     machine: Machine
     forms: tuple[tuple[str, float], ...] = ()  # each algebraic form scheduled, predicted cycles
+    estimate: Estimate | None = None  # the cost model's breakdown of `cost`
     loop_graph: SerializedGraph | None = field(default=None, compare=False, repr=False)
 
     def candidates(self, best: int, *, sampled: int = 0, seed: int = 0) -> list[Candidate]:
@@ -103,11 +105,52 @@ class Optimized:
                 for form, cycles in self.forms
                 if len(self.forms) > 1
             ),
-            f"predicted: {self.cost:,.0f} cycles (canonical nest: {self.canonical_cost:,.0f})",
+            *self._prediction(),
             "loop nest:",
             format_loops(self.program.body, 1),
         ]
         return "\n".join(lines)
+
+
+    def _prediction(self) -> list[str]:
+        """The predicted time and, when known, what it is made of."""
+        clock = self.machine.clock_hz()
+        lines = [
+            f"predicted: {self.cost:,.0f} cycles = {self.cost / clock * 1e3:.3g} ms at "
+            f"{clock / 1e9:.2f} GHz (canonical nest: {self.canonical_cost:,.0f} cycles)"
+        ]
+        if self.estimate is not None:
+            fetched = ", ".join(
+                f"{level} {_bytes(amount)}"
+                for level, amount in zip(("L1", "L2", "L3"), self.estimate.traffic, strict=True)
+            )
+            lines.append(
+                f"  work {_work(self.chosen) / 1e9:.3g} Gflop; compute "
+                f"{self.estimate.compute:,.0f} cycles a core; bytes fetched into {fetched}; "
+                f"overheads {self.estimate.overhead:,.0f} cycles"
+            )
+        return lines
+
+
+def _bytes(amount: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if amount >= size:
+            return f"{amount / size:.3g} {unit}"
+    return f"{amount:.0f} B"
+
+
+def _work(roots: Sequence[Term]) -> float:
+    """Flops of tensor terms, each shared sub-term once (`TensorCost.work`: a math function
+    counts as many flops as the cycles it costs)."""
+    cost, seen, pending, flops = TensorCost(), set(), list(roots), 0.0
+    while pending:
+        term = pending.pop()
+        if term in seen:
+            continue
+        seen.add(term)
+        flops += cost.work(term.op, term.args)[0]
+        pending.extend(arg for arg in term.args if isinstance(arg, Term))
+    return flops
 
 
 def _outputs(outputs: Tensor | Sequence[Tensor]) -> tuple[list[Tensor], bool]:
@@ -125,7 +168,7 @@ def _outputs(outputs: Tensor | Sequence[Tensor]) -> tuple[list[Tensor], bool]:
 
 
 def _optimize_algebra(
-    roots: list[Term], limits: Limits
+    roots: list[Term], limits: Limits, progress: Progress
 ) -> tuple[list[list[Term]], SaturationReport]:
     """The algebraic forms worth scheduling, cheapest first, and the stage's report.
 
@@ -136,7 +179,9 @@ def _optimize_algebra(
     egraph = EGraph()
     for k, root in enumerate(roots):
         egraph.let(f"root{k}", to_egglog(root))
-    report = saturate(egraph, algebra_rules(), limits, "algebra", facts=algebra_facts)
+    report = saturate(
+        egraph, algebra_rules(), limits, "algebra", facts=algebra_facts, progress=progress.iteration
+    )
     graph = SerializedGraph(egraph)
     cost = TensorCost()
     if len(roots) > 1:
@@ -161,19 +206,30 @@ class _Scheduled:
     canonical_cost: float
     report: SaturationReport
     graph: SerializedGraph
+    estimate: Estimate
 
 
 def _schedule_loops(
-    form: list[Term], written: list[Term], machine: Machine, limits: Limits
+    form: list[Term], written: list[Term], machine: Machine, limits: Limits, progress: Progress
 ) -> _Scheduled:
     canonical = lower(form, written=written)
-    egraph, report = schedule(canonical.body, machine, canonical.dtype, limits)
+    egraph, report = schedule(
+        canonical.body, machine, canonical.dtype, limits, progress=progress.iteration
+    )
     graph = SerializedGraph(egraph)
+    progress.extracting(report.stage, graph.size)
     cost = LoopCost(machine, canonical.dtype)
     keep = CANDIDATES_PER_CLASS if graph.size <= CANDIDATES_UP_TO_NODES else 1
     (body, predicted), *_ = graph.extract_top(graph.root(ROOT), cost, keep)
     return _Scheduled(
-        form, canonical, body, predicted, cost.estimate(canonical.body).cycles, report, graph
+        form,
+        canonical,
+        body,
+        predicted,
+        cost.estimate(canonical.body).cycles,
+        report,
+        graph,
+        cost.estimate(body),
     )
 
 
@@ -182,17 +238,24 @@ def optimize(
     *,
     limits: Limits | None = None,
     machine: Machine | None = None,
+    progress: bool = True,
 ) -> Optimized:
-    """Choose the algebraic form and the loop nest of `outputs` (no C is built)."""
+    """Choose the algebraic form and the loop nest of `outputs` (no C is built).
+
+    With `progress`, a stage that runs for seconds reports each round on stderr
+    (`eqsat.progress`)."""
     tensors, _ = _outputs(outputs)
     limits = limits or Limits()
     machine = machine or host()
+    reporter = Progress(enabled=progress)
     original = [to_term(t.expr) for t in tensors]
     assert all(isinstance(t, Term) for t in original)
-    forms, algebra_report = _optimize_algebra(original, limits)  # type: ignore[arg-type]
+    forms, algebra_report = _optimize_algebra(original, limits, reporter)  # type: ignore[arg-type]
     scheduled: list[_Scheduled] = []
     for form in forms:
-        scheduled.append(_schedule_loops(form, original, machine, limits))  # type: ignore[arg-type]
+        scheduled.append(
+            _schedule_loops(form, original, machine, limits, reporter)  # type: ignore[arg-type]
+        )
         if scheduled[-1].report.stop_reason != "saturated":
             break  # a stage that hit its limits leaves no budget for another form
     best = min(scheduled, key=lambda candidate: candidate.cost)
@@ -206,6 +269,7 @@ def optimize(
         (algebra_report, best.report),
         machine,
         tuple(("; ".join(format_tensor(t) for t in c.form), c.cost) for c in scheduled),
+        best.estimate,
         best.graph,
     )
 
@@ -217,18 +281,20 @@ def compile(  # noqa: A001 - the public name is part of the stable API (DESIGN Â
     machine: Machine | None = None,
     isa: str | None = None,
     autotune: bool | int = False,
+    progress: bool = True,
 ) -> Kernel:
     """Optimize `outputs` and build a C kernel for them.
 
     `isa` forces "avx512", "avx2" or "scalar" (default: the best this machine runs). A list of
     outputs gives a kernel that returns a tuple. `autotune=True` (or a number of candidates)
     compiles and times the cost model's best candidates and keeps the fastest, remembered in the
-    compile cache (`eqsat.autotune`). Raises CompileError if the C compiler fails."""
+    compile cache (`eqsat.autotune`); `progress` as in `optimize`. Raises CompileError if the C
+    compiler fails."""
     _, returns_tuple = _outputs(outputs)
     machine = machine or host()
     if isa is not None:
         machine = machine.with_isa(isa)
-    best = optimize(outputs, limits=limits, machine=machine)
+    best = optimize(outputs, limits=limits, machine=machine, progress=progress)
     if autotune:
         from eqsat.autotune import DEFAULT_CANDIDATES, fastest
 

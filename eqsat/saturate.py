@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -109,10 +109,15 @@ def term_nodes(egraph: EGraph) -> int:
 
 
 def saturate(
-    egraph: EGraph, rules: Schedule, limits: Limits, stage: str, facts: Schedule | None = None
+    egraph: EGraph,
+    rules: Schedule,
+    limits: Limits,
+    stage: str,
+    facts: Schedule | None = None,
+    progress: Callable[[SaturationReport], None] | None = None,
 ) -> SaturationReport:
     """Run `facts` to saturation then one round of `rules`, until saturation or a limit; returns
-    the report (never raises on a limit).
+    the report (never raises on a limit). `progress` sees the report after every round.
 
     Raises UnsoundMergeError when a tripwire fires (a rule in `rules` is unsound)."""
     report = SaturationReport(stage)
@@ -139,6 +144,9 @@ def saturate(
         fired = _rule_matches(run)
         report.matches.update(fired)
         _check_tripwires(egraph, report, fired)
+        if progress is not None:
+            report.nodes, report.seconds = term_nodes(egraph), time.perf_counter() - start
+            progress(report)
         if not run.updated:
             report.stop_reason = "saturated"
             report.nodes = term_nodes(egraph)

@@ -36,6 +36,7 @@ from backend_c.build import Library, build_library, cache_dir
 from backend_c.isa import GCC_FLAGS
 from extract.machine import (
     DTYPES,
+    FMA_PER_CYCLE,
     MEMORY_LEVELS,
     Calibration,
     Machine,
@@ -193,7 +194,9 @@ def measure(machine: Machine) -> Calibration:
         }
         for level in MEMORY_LEVELS
     }
-    return Calibration(peak_flops, bandwidth, time.perf_counter() - start)
+    flops_per_cycle = FMA_PER_CYCLE * 2 * machine.lanes("float32")
+    clock_hz = peak_flops["float32"][1] / flops_per_cycle
+    return Calibration(peak_flops, bandwidth, time.perf_counter() - start, clock_hz)
 
 
 def _fma_rate(library: Library, machine: Machine, dtype: str, threads: int) -> float:
@@ -259,7 +262,10 @@ def _read(path: Path, key: str, machine: Machine) -> Calibration | None:
         if data["key"] != key:
             return None
         calibration = Calibration(
-            _figures(data["peak_flops"]), _figures(data["bandwidth"]), float(data["seconds"])
+            _figures(data["peak_flops"]),
+            _figures(data["bandwidth"]),
+            float(data["seconds"]),
+            float(data["clock_hz"]),
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -23,6 +23,8 @@ _ISA_REQUIRES = {
 }
 DTYPES = ("float32", "float64")
 MEMORY_LEVELS = ("L1", "L2", "L3", "DRAM")
+FMA_PER_CYCLE = 2  # vector FMA issue ports per core on the x86-64 cores eqsat targets
+DEFAULT_CLOCK_HZ = 3.0e9
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Calibration:
     peak_flops: Mapping[str, Mapping[int, float]] = field(hash=False)
     bandwidth: Mapping[str, Mapping[int, float]] = field(hash=False)
     seconds: float = 0.0  # how long the measurement took
+    clock_hz: float = DEFAULT_CLOCK_HZ  # one core's fp32 peak / the flops per cycle it implies
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,16 @@ class Machine:
         """Elements per vector register for `dtype` (1 for the scalar ISA)."""
         bits = VECTOR_BITS[self.isa]
         return max(1, bits // (32 if dtype == "float32" else 64))
+
+    def clock_hz(self) -> float:
+        """Cycles per second of one core: the calibrated clock when known, else /proc/cpuinfo's
+        nominal MHz (turbo clocks run higher)."""
+        if self.calibration is not None:
+            return self.calibration.clock_hz
+        try:
+            return float(_cpuinfo("cpu MHz")) * 1e6
+        except ValueError:
+            return DEFAULT_CLOCK_HZ
 
     def with_isa(self, isa: str) -> Machine:
         """The same machine with a lower ISA level forced (for tests and comparisons)."""

@@ -10,6 +10,8 @@ placed outside every other loop, and each kernel gets an e-graph of its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from egglog import EGraph, Schedule, unstable_combine_rulesets
 
 from eqsat.saturate import Limits, SaturationReport, saturate
@@ -36,11 +38,19 @@ def loop_rules(machine: Machine, dtype: str, tiles: TileSizes | None = None) -> 
 
 
 def schedule(
-    body: Term, machine: Machine, dtype: str, limits: Limits, tiles: TileSizes | None = None
+    body: Term,
+    machine: Machine,
+    dtype: str,
+    limits: Limits,
+    tiles: TileSizes | None = None,
+    progress: Callable[[SaturationReport], None] | None = None,
 ) -> tuple[EGraph, SaturationReport]:
-    """The saturated kernel e-graph of loop term `body` (its root is let-bound as ROOT)."""
+    """The saturated kernel e-graph of loop term `body` (its root is let-bound as ROOT);
+    `progress` sees the report after every round (`eqsat.saturate.saturate`)."""
     egraph = EGraph()
     mark_program(egraph, egraph.let(ROOT, to_egglog(body)))
     facts = unstable_combine_rulesets(analysis, fusion_candidates(), name="loop-facts")
-    report = saturate(egraph, loop_rules(machine, dtype, tiles), limits, "loops", facts=facts)
+    report = saturate(
+        egraph, loop_rules(machine, dtype, tiles), limits, "loops", facts=facts, progress=progress
+    )
     return egraph, report

@@ -31,6 +31,7 @@ class FakeMeasure:
                 for k, level in enumerate(MEMORY_LEVELS)
             },
             seconds=0.5,
+            clock_hz=3.5e9,
         )
 
 
@@ -75,13 +76,19 @@ def negative_figure(data: dict) -> str:
     return json.dumps(data)
 
 
+def missing_clock(data: dict) -> str:
+    del data["clock_hz"]
+    return json.dumps(data)
+
+
 def missing_thread_count(data: dict) -> str:
     del data["peak_flops"]["float64"]["2"]
     return json.dumps(data)
 
 
 @pytest.mark.parametrize(
-    "corrupt", [truncated, not_an_object, empty_table, negative_figure, missing_thread_count]
+    "corrupt",
+    [truncated, not_an_object, empty_table, negative_figure, missing_clock, missing_thread_count],
 )
 def test_a_corrupt_cache_file_is_measured_again(
     cache: Path, corrupt: Callable[[dict], str]
@@ -103,17 +110,16 @@ def test_machine_takes_a_fake_calibration() -> None:
     assert hash(machine) == hash(replace(MACHINE, calibration=fake))
 
 
-def test_host_calibration_is_positive_and_plausibly_ordered() -> None:
+def test_host_calibration_is_positive_and_gives_the_clock() -> None:
+    # Orderings (L1 faster than DRAM, ...) are timings: a shared machine can break them, so the
+    # benchmark shows them instead of a test asserting them.
     machine = calibrated_host()
     calibration = machine.calibration
     assert calibration is not None
     for table in (calibration.peak_flops, calibration.bandwidth):
         assert all(value > 0 for row in table.values() for value in row.values())
-    for threads in thread_counts(machine):
-        assert calibration.bandwidth["L1"][threads] > calibration.bandwidth["DRAM"][threads]
-        if machine.isa != "scalar":
-            assert (
-                calibration.peak_flops["float32"][threads]
-                > calibration.peak_flops["float64"][threads]
-            )
     assert calibrated_host().calibration == calibration  # from the cache this time
+    flops_per_cycle = 2 * 2 * machine.lanes("float32")  # two FMA ports, 2 flops a lane
+    assert machine.clock_hz() == pytest.approx(
+        calibration.peak_flops["float32"][1] / flops_per_cycle
+    )

@@ -122,3 +122,48 @@ def test_stage_two_schedules_the_best_algebraic_forms_and_keeps_the_fastest() ->
     av, bv, cv = (rng.standard_normal((32, 32)) for _ in range(3))
     got = eqsat.compile(a @ b + a @ c)(av, bv, cv)
     np.testing.assert_allclose(got, av @ bv + av @ cv, rtol=1e-9, atol=1e-9)
+
+
+def test_report_breaks_the_prediction_down() -> None:
+    x, W = eqsat.tensor("x", (64, 128)), eqsat.tensor("W", (128, 32))
+    best = eqsat.optimize(x @ W)
+    report = best.report()
+    assert f"work {2 * 64 * 128 * 32 / 1e9:.3g} Gflop" in report
+    assert "bytes fetched into L1" in report and f"{best.cost:,.0f} cycles" in report
+    assert best.estimate is not None and best.estimate.cycles == pytest.approx(best.cost)
+
+
+def test_candidates_start_with_the_choice_and_all_compute_the_same() -> None:
+    rng = np.random.default_rng(2)
+    x, W = eqsat.tensor("x", (16, 24)), eqsat.tensor("W", (24, 8))
+    best = eqsat.optimize(eqsat.exp(x @ W))
+    candidates = best.candidates(3, sampled=5, seed=1)
+    assert candidates[0].program == best.program and candidates[0].predicted == best.cost
+    assert len({c.program for c in candidates}) == len(candidates) > 3
+    xa, Wa = rng.standard_normal((16, 24)), rng.standard_normal((24, 8))
+    want = np.exp(xa @ Wa)
+    for candidate in candidates:
+        kernel = eqsat.api.build(candidate.program, best)
+        assert_close(kernel(xa.astype(np.float32), Wa.astype(np.float32)), want, "float32")
+
+
+def test_progress_speaks_only_for_long_stages() -> None:
+    import io
+
+    from eqsat.progress import QUIET_SECONDS, Progress
+    from eqsat.saturate import SaturationReport
+
+    stream = io.StringIO()
+    progress = Progress(stream=stream)
+    progress.iteration(SaturationReport("loops", iterations=3, nodes=500, seconds=0.1))
+    progress.extracting("loops", 500)
+    assert stream.getvalue() == ""
+    progress.iteration(SaturationReport("loops", iterations=4, nodes=9000, seconds=QUIET_SECONDS))
+    progress.extracting("loops", 10**6)
+    assert stream.getvalue().splitlines() == [
+        f"eqsat loops: round 4, 9,000 e-nodes, {QUIET_SECONDS:.1f} s",
+        "eqsat loops: extracting the best program from 1,000,000 e-nodes",
+    ]
+    silent = io.StringIO()
+    Progress(enabled=False, stream=silent).extracting("loops", 10**6)
+    assert silent.getvalue() == ""
