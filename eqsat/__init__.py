@@ -20,8 +20,13 @@ _PUBLIC = {
     "Limits": "eqsat.saturate",
     "Optimized": "eqsat.api",
     "compile": "eqsat.api",
+    "draw_egraph": "eqsat.egraph_view",
     "optimize": "eqsat.api",
-    **dict.fromkeys(["CompileError", "DTypeError", "EqsatError", "ShapeError"], "eqsat.errors"),
+    "jit": "eqsat.tracing",
+    **dict.fromkeys(
+        ["CompileError", "DTypeError", "EqsatError", "ShapeError", "UnsupportedError"],
+        "eqsat.errors",
+    ),
     **dict.fromkeys(
         [
             "Tensor", "abs", "exp", "gelu", "layernorm", "log", "matmul", "max", "maximum",

@@ -15,6 +15,11 @@ class DTypeError(EqsatError, TypeError):
     """An unsupported dtype, or two dtypes mixed in one program."""
 
 
+class UnsupportedError(EqsatError, TypeError):
+    """A numpy function, ufunc method or argument that eqsat cannot express on symbolic tensors,
+    or a numpy array captured as a constant (eqsat takes arrays only as inputs)."""
+
+
 class CompileError(EqsatError):
     """The C compiler failed. Carries the command, its stderr and the path of the kept C file."""
 

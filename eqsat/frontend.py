@@ -7,19 +7,24 @@ matmul gets explicit `TExpr.broadcast` nodes so that its batch dims are equal. C
 
     x = tensor("x", (4, 8))
     softmax(x)  ->  e / sum(e, -1, keepdims)  with  e = exp(x - max(x, -1, keepdims))
+
+Plain numpy calls on tensors build the same terms (NEP 13 and NEP 18): `np.maximum(x @ W, 0)` is
+`maximum(matmul(x, W), 0)`. `_NUMPY_UFUNCS` and `_NUMPY_FUNCTIONS` map each supported numpy
+function to its frontend function; anything else is an `UnsupportedError` naming it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, NamedTuple, SupportsFloat, TypeGuard
 
 import numpy as np
 from egglog import get_callable_args, get_callable_fn
 
 from eqsat import shapes
-from eqsat.errors import DTypeError, ShapeError
+from eqsat.errors import DTypeError, ShapeError, UnsupportedError
 from eqsat.shapes import Shape
 from eqsat.terms import DTYPES, TExpr, to_term
 
@@ -53,7 +58,6 @@ _SCALAR_TYPES = (int, float, np.integer, np.floating)
 class Tensor:
     """A symbolic array: a `TExpr` with its shape and dtype. Build it with `tensor(...)`."""
 
-    __array_ufunc__ = None  # ndarray <op> Tensor defers to Tensor, which refuses cleanly
     __hash__ = object.__hash__  # __eq__ builds a tensor, so hash by identity
 
     def __init__(self, expr: TExpr, shape: Shape, dtype: str) -> None:
@@ -76,6 +80,53 @@ class Tensor:
 
     def __repr__(self) -> str:
         return f"Tensor(shape={self.shape}, dtype={self.dtype}, expr={_short_form(self.expr)})"
+
+    # -------------------------------------------------------- numpy protocols
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Tensor:
+        """`np.exp(x)`, `np.add(2.0, x)`, `np.float32(2) * x`: the frontend op of the ufunc.
+
+        It requires: a ufunc of `_NUMPY_UFUNCS`, called directly (not `.reduce`, `.outer`, ...)
+        and without keywords (`out=`, `where=`, `dtype=`, ...); else UnsupportedError.
+        """
+        name = f"numpy.{ufunc.__name__}"
+        function = _NUMPY_UFUNCS.get(ufunc)
+        if function is None:
+            raise UnsupportedError(f"{name} is not supported on eqsat tensors; {_SUPPORTED}")
+        if method != "__call__":
+            raise UnsupportedError(
+                f"{name}.{method} is not supported on eqsat tensors; only {name}(...) is "
+                "(reductions: numpy.sum/max/mean or the tensor methods)"
+            )
+        _refuse_keywords(name, kwargs, frozenset())
+        return function(*inputs)
+
+    def __array_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Tensor:
+        """`np.sum(x, axis=0)`, `np.where(c, x, 0)`, ...: the frontend function of `func`.
+
+        It requires: `func` in `_NUMPY_FUNCTIONS`, called with at most its `positional`
+        arguments by position and only its `keywords` by name; else UnsupportedError.
+        """
+        name = f"{func.__module__}.{func.__name__}"
+        entry = _NUMPY_FUNCTIONS.get(func)
+        if entry is None:
+            raise UnsupportedError(f"{name} is not supported on eqsat tensors; {_SUPPORTED}")
+        if len(args) > entry.positional:
+            raise UnsupportedError(
+                f"{name}: eqsat takes at most {entry.positional} positional arguments, "
+                f"got {len(args)}"
+            )
+        _refuse_keywords(name, kwargs, entry.keywords)
+        return entry.function(*args, **kwargs)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """Refused: numpy would otherwise wrap the tensor in an object array (`np.asarray(x)`)."""
+        raise UnsupportedError(
+            "a symbolic eqsat tensor has no values to make a numpy array of; build the "
+            "result with operators and supported numpy functions, then compile it"
+        )
 
     # -------------------------------------------------------- elementwise arithmetic
 
@@ -221,12 +272,28 @@ def _require(value: object, what: str) -> Tensor:
     """`value` if it is a Tensor, else a TypeError naming `what`."""
     if isinstance(value, Tensor):
         return value
-    hint = "; pass arrays as inputs with eqsat.tensor" if isinstance(value, np.ndarray) else ""
-    raise TypeError(f"{what}: expected an eqsat.Tensor, got {type(value).__name__}{hint}")
+    _refuse_array(what, value)
+    raise TypeError(f"{what}: expected an eqsat.Tensor, got {type(value).__name__}")
+
+
+def _refuse_array(what: str, value: object) -> None:
+    """An UnsupportedError naming `what` if `value` is a numpy array: arrays are inputs only."""
+    if isinstance(value, np.ndarray):
+        raise UnsupportedError(
+            f"{what}: cannot capture a numpy array of shape {value.shape} as a constant; "
+            "pass it as an input (eqsat.tensor, or an argument of the @eqsat.jit function)"
+        )
+
+
+def _is_scalar(value: object) -> TypeGuard[SupportsFloat]:
+    """A real Python or numpy scalar, or a 0-d real array (numpy makes those of scalars)."""
+    if isinstance(value, np.ndarray):
+        return value.ndim == 0 and value.dtype.kind in "biuf"
+    return isinstance(value, _SCALAR_TYPES)
 
 
 def _operands(what: str, values: Sequence[object]) -> list[Tensor]:
-    """`values` as Tensors: Python/numpy scalars become constants of the tensors' one dtype.
+    """`values` as Tensors: scalars (`_is_scalar`) become constants of the tensors' one dtype.
 
     It requires: at least one Tensor; all Tensors share one dtype.
     """
@@ -238,9 +305,10 @@ def _operands(what: str, values: Sequence[object]) -> list[Tensor]:
     for value in values:
         if isinstance(value, Tensor):
             result.append(value)
-        elif isinstance(value, _SCALAR_TYPES):
+        elif _is_scalar(value):
             result.append(_full(float(value), (), dtype))
         else:
+            _refuse_array(what, value)
             raise TypeError(
                 f"{what}: cannot combine a tensor with {type(value).__name__}; "
                 "pass arrays as inputs with eqsat.tensor, scalars as int or float"
@@ -473,3 +541,97 @@ def layernorm(
     if bias is not None:
         out = _binary("add", out, _require(bias, "layernorm"), "layernorm")
     return out
+
+
+# ------------------------------------------------------------ numpy functions on tensors
+
+
+def _power_of(base: Tensor, exponent: int) -> Tensor:
+    """numpy.power(base, exponent) for a Tensor base and an int exponent (`Tensor.__pow__`)."""
+    return _require(base, "pow") ** exponent
+
+
+def _reshape_to(a: Tensor, shape: int | Sequence[int]) -> Tensor:
+    """numpy.reshape(a, shape), row-major (`Tensor.reshape`)."""
+    return _require(a, "reshape").reshape(shape)
+
+
+def _dot(a: Tensor, b: Tensor) -> Tensor:
+    """numpy.dot where it equals matmul.
+
+    It requires: both operands 1-D or 2-D (numpy.dot of higher ranks is not matmul).
+    """
+    a, b = _require(a, "dot"), _require(b, "dot")
+    if not (1 <= a.ndim <= 2 and 1 <= b.ndim <= 2):
+        raise UnsupportedError(
+            f"numpy.dot: shapes {a.shape} and {b.shape}; eqsat supports 1-D and 2-D operands "
+            "(where dot is matmul): use matmul or @"
+        )
+    return matmul(a, b)
+
+
+# numpy ufunc -> the frontend function it is, called with the ufunc's inputs.
+_NUMPY_UFUNCS: dict[np.ufunc, Callable[..., Tensor]] = {
+    np.exp: exp,
+    np.log: log,
+    np.sqrt: sqrt,
+    np.tanh: tanh,
+    np.absolute: abs,  # also numpy.abs
+    np.negative: partial(_unary, "neg"),
+    np.add: partial(_binary, "add"),
+    np.subtract: partial(_binary, "sub"),
+    np.multiply: partial(_binary, "mul"),
+    np.divide: partial(_binary, "div"),  # also numpy.true_divide
+    np.power: _power_of,
+    np.square: partial(_power_of, exponent=2),
+    np.maximum: maximum,
+    np.minimum: minimum,
+    np.greater: partial(_binary, "gt"),
+    np.greater_equal: partial(_binary, "ge"),
+    np.less: partial(_binary, "lt"),
+    np.less_equal: partial(_binary, "le"),
+    np.equal: partial(_binary, "eq"),
+    np.not_equal: partial(_binary, "ne"),
+    np.matmul: matmul,
+}
+
+
+class _NumpyFunction(NamedTuple):
+    """A numpy function as `function(*args, **kwargs)`: numpy's first `positional` parameters
+    are the frontend function's, and of the rest only `keywords` may be passed (by name)."""
+
+    function: Callable[..., Tensor]
+    positional: int
+    keywords: frozenset[str] = frozenset()
+
+
+_REDUCTION_KEYWORDS = frozenset({"axis", "keepdims"})
+# numpy function (dispatched through __array_function__) -> its frontend function.
+_NUMPY_FUNCTIONS: dict[Callable[..., Any], _NumpyFunction] = {
+    np.sum: _NumpyFunction(sum, 2, _REDUCTION_KEYWORDS),
+    np.max: _NumpyFunction(max, 2, _REDUCTION_KEYWORDS),
+    np.amax: _NumpyFunction(max, 2, _REDUCTION_KEYWORDS),
+    np.mean: _NumpyFunction(mean, 2, _REDUCTION_KEYWORDS),
+    np.transpose: _NumpyFunction(transpose, 2, frozenset({"axes"})),
+    np.reshape: _NumpyFunction(_reshape_to, 2, frozenset({"shape"})),
+    np.where: _NumpyFunction(where, 3),
+    np.dot: _NumpyFunction(_dot, 2),
+}
+
+_SUPPORTED = "supported: " + ", ".join(
+    sorted(
+        [f"numpy.{ufunc.__name__}" for ufunc in _NUMPY_UFUNCS]
+        + [f"numpy.{function.__name__}" for function in _NUMPY_FUNCTIONS]
+    )
+)
+
+
+def _refuse_keywords(name: str, kwargs: dict[str, Any], allowed: frozenset[str]) -> None:
+    """An UnsupportedError naming numpy function `name` if `kwargs` has a key not `allowed`."""
+    refused = sorted(set(kwargs) - allowed)
+    if refused:
+        accepted = f" (it takes {', '.join(sorted(allowed))})" if allowed else ""
+        raise UnsupportedError(
+            f"{name}: keyword argument(s) {', '.join(refused)} not supported on eqsat "
+            f"tensors{accepted}"
+        )

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from eqsat import frontend as F
 from eqsat import shapes
-from eqsat.errors import DTypeError, EqsatError, ShapeError
+from eqsat.errors import DTypeError, EqsatError, ShapeError, UnsupportedError
 from eqsat.frontend import Tensor, tensor
 from eqsat.terms import Term, to_term
 
@@ -282,6 +282,7 @@ def test_normalize_axis() -> None:
 def test_error_hierarchy() -> None:
     assert issubclass(ShapeError, ValueError) and issubclass(ShapeError, EqsatError)
     assert issubclass(DTypeError, TypeError) and issubclass(DTypeError, EqsatError)
+    assert issubclass(UnsupportedError, TypeError) and issubclass(UnsupportedError, EqsatError)
     with pytest.raises(ValueError):
         tensor("a", (2,)) + tensor("b", (3,))
     with pytest.raises(EqsatError):
@@ -352,39 +353,51 @@ def test_scalars_adopt_the_tensor_dtype() -> None:
 @pytest.mark.parametrize(
     ("what", "build"),
     [
-        ("add", lambda: np.ones(3) + x32),
-        ("add", lambda: x32 + np.ones(3)),
         ("mul", lambda: x32 * [1.0, 2.0]),
         ("sub", lambda: "a" - x32),
         ("div", lambda: x32 / 1j),
-        ("matmul", lambda: np.ones((3, 2)) @ x32),
         ("matmul", lambda: x32 @ 2.0),  # type: ignore[operator]
-        ("matmul", lambda: F.matmul(np.ones(3), x32)),  # type: ignore[arg-type]
-        ("exp", lambda: F.exp(np.ones(3))),  # type: ignore[arg-type]
         ("exp", lambda: F.exp(1.0)),  # type: ignore[arg-type]
         ("sqrt", lambda: F.sqrt([1.0])),  # type: ignore[arg-type]
-        ("sum", lambda: F.sum(np.ones(3))),  # type: ignore[arg-type]
         ("mean", lambda: F.mean([1.0])),  # type: ignore[arg-type]
-        ("transpose", lambda: F.transpose(np.ones((2, 2)))),  # type: ignore[arg-type]
-        ("softmax", lambda: F.softmax(np.ones(3))),  # type: ignore[arg-type]
         ("gelu", lambda: F.gelu(0.5)),  # type: ignore[arg-type]
-        ("layernorm", lambda: F.layernorm(np.ones(3))),  # type: ignore[arg-type]
-        ("layernorm", lambda: F.layernorm(x32, np.ones(3))),  # type: ignore[arg-type]
         ("maximum", lambda: F.maximum(1.0, 2.0)),
         ("where", lambda: F.where(1.0, 2.0, 3.0)),
-        ("where", lambda: F.where(x32, np.ones(3), 0.0)),  # type: ignore[arg-type]
     ],
 )
 def test_non_tensor_operands_raise_type_error(what: str, build: Callable[[], Any]) -> None:
-    with pytest.raises(TypeError, match=rf"^{what}: ") as info:
+    with pytest.raises(TypeError, match=rf"^{what}: "):
         build()
-    if "ndarray" in str(info.value):
-        assert "pass arrays as inputs" in str(info.value)
 
 
-def test_numpy_ufunc_on_tensor_is_refused() -> None:
-    with pytest.raises(TypeError):
-        np.add(np.ones(3), tensor("x", (3,)))  # type: ignore[call-overload]
+@pytest.mark.parametrize(
+    ("what", "shape", "build"),
+    [
+        ("add", (3,), lambda: np.ones(3) + x32),
+        ("add", (3,), lambda: x32 + np.ones(3)),
+        ("matmul", (3, 2), lambda: np.ones((3, 2)) @ x32),
+        ("matmul", (3,), lambda: F.matmul(np.ones(3), x32)),  # type: ignore[arg-type]
+        ("exp", (3,), lambda: F.exp(np.ones(3))),  # type: ignore[arg-type]
+        ("sum", (3,), lambda: F.sum(np.ones(3))),  # type: ignore[arg-type]
+        ("transpose", (2, 2), lambda: F.transpose(np.ones((2, 2)))),  # type: ignore[arg-type]
+        ("softmax", (3,), lambda: F.softmax(np.ones(3))),  # type: ignore[arg-type]
+        ("layernorm", (3,), lambda: F.layernorm(np.ones(3))),  # type: ignore[arg-type]
+        ("layernorm", (3,), lambda: F.layernorm(x32, np.ones(3))),  # type: ignore[arg-type]
+        ("where", (3,), lambda: F.where(x32, np.ones(3), 0.0)),  # type: ignore[arg-type]
+        ("lt", (), lambda: x32 < np.array(1j)),
+    ],
+)
+def test_numpy_array_operands_are_not_captured(
+    what: str, shape: tuple[int, ...], build: Callable[[], Any]
+) -> None:
+    message = f"{what}: cannot capture a numpy array of shape {shape} as a constant; pass it as an"
+    with pytest.raises(UnsupportedError, match=re.escape(message)):
+        build()
+
+
+def test_zero_dim_real_arrays_are_scalars() -> None:
+    for value in (np.array(2.0), np.array(3, dtype=np.int8), np.array(True)):
+        assert term(x32 * value).args[2] == Term("TExpr.const", (float(value),))
 
 
 @pytest.mark.parametrize("exponent", [2.0, 0.5, "2", None])

@@ -1,0 +1,432 @@
+"""Plain numpy calls on symbolic tensors, and `@eqsat.jit`.
+
+Each program here is one Python function run twice: by `eqsat.jit` (traced on symbolic tensors,
+compiled) and by numpy on float64 copies of the same arrays (the reference, DESIGN §9).
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import eqsat
+from eqsat.errors import DTypeError, UnsupportedError
+from eqsat.tracing import ArraySpec, Static
+from tests.programs import assert_close
+
+RNG = np.random.default_rng(7)
+
+
+def arrays(*shapes: tuple[int, ...], dtype: str = "float32") -> list[np.ndarray]:
+    return [RNG.uniform(-2, 2, size=shape).astype(dtype) for shape in shapes]
+
+
+def assert_matches_numpy(function: Callable[..., Any], inputs: list[np.ndarray]) -> None:
+    """`eqsat.jit(function)` on `inputs` agrees with `function` run by numpy in float64."""
+    got = eqsat.jit(function)(*inputs)
+    want = function(*(a.astype(np.float64) for a in inputs))
+    assert_close(got, want, inputs[0].dtype.name)
+
+
+# ------------------------------------------------------------------ numpy calls vs numpy
+
+X, ROW, COL = (8, 16), (16,), (8, 1)
+
+NUMPY_PROGRAMS: list[tuple[str, Callable[..., Any], list[tuple[int, ...]]]] = [
+    ("mlp", lambda x, W, b: np.maximum(x @ W + b, 0), [X, (16, 4), (4,)]),
+    (
+        "broadcast",
+        lambda x, r, c: np.subtract(np.multiply(x, r), np.divide(c, 2.0)) + np.add(r, c),
+        [X, ROW, COL],
+    ),
+    (
+        "unary",
+        lambda x: (
+            np.exp(np.tanh(x)) + np.log(np.abs(x) + 1) - np.sqrt(np.absolute(x)) + np.negative(x)
+        ),
+        [X],
+    ),
+    ("powers", lambda x: np.power(x, 3) - np.square(x) + np.true_divide(1.0, np.power(x, -2)), [X]),
+    (
+        "reductions",
+        lambda x: (
+            x.sum(axis=0) + np.amax(x, axis=0) + np.max(x, 0) - np.mean(x, axis=0) + np.sum(x)
+        ),
+        [X],
+    ),
+    (
+        "keepdims",
+        lambda x: x - np.mean(x, axis=1, keepdims=True) * np.sum(x, 1, keepdims=True),
+        [X],
+    ),
+    (
+        "where",
+        lambda x, y: (
+            np.where(np.greater(x, y), x, y)
+            + np.where(np.less_equal(x, 0.5), 1.0, -x)
+            + np.equal(x, x)
+            - np.not_equal(x, y)
+            + np.greater_equal(y, 0) * np.less(x, y)
+        ),
+        [X, X],
+    ),
+    (
+        "numpy-scalars",
+        lambda x: (
+            np.float32(2) * x
+            + np.float64(0.5)
+            - x / np.int64(3)
+            + (np.float32(1) < x)
+            + np.minimum(np.float64(0.25), x)
+            + 2.0 * x
+        ),
+        [X],
+    ),
+    (
+        "layout",
+        lambda x, v: (
+            np.transpose(np.transpose(x) * 2, axes=(1, 0))
+            + np.reshape(np.reshape(x, (16, 8)), shape=(8, -1))
+            + np.reshape(np.dot(x, v), (8, 1))
+        ),
+        [X, ROW],
+    ),
+    (
+        "matmul-dot",
+        lambda x, W, v: np.dot(x, W) - np.matmul(x, W) + np.dot(v, W),
+        [X, (16, 4), ROW],
+    ),
+    (
+        "softmax",
+        lambda x: (
+            np.exp(x - np.max(x, axis=-1, keepdims=True))
+            / np.sum(np.exp(x - np.max(x, axis=-1, keepdims=True)), axis=-1, keepdims=True)
+        ),
+        [X],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("function", "shapes"),
+    [(f, s) for _, f, s in NUMPY_PROGRAMS],
+    ids=[name for name, _, _ in NUMPY_PROGRAMS],
+)
+def test_numpy_calls_on_tensors_match_numpy(
+    function: Callable[..., Any], shapes: list[tuple[int, ...]]
+) -> None:
+    assert_matches_numpy(function, arrays(*shapes))
+
+
+def test_float64_program_matches_numpy() -> None:
+    assert_matches_numpy(lambda x, b: np.tanh(x @ x.T + b), arrays(X, (8,), dtype="float64"))
+
+
+# Elementwise steps that keep values finite, on numpy arrays and tensors alike.
+UNARY_STEPS: dict[str, Callable[[Any], Any]] = {
+    "exp": lambda t: np.exp(np.tanh(t)),
+    "log": lambda t: np.log(np.abs(t) + 1.0),
+    "sqrt": lambda t: np.sqrt(np.absolute(t)),
+    "tanh": np.tanh,
+    "negative": np.negative,
+    "power": lambda t: np.power(np.tanh(t), 3),
+}
+BINARY_STEPS: dict[str, Callable[[Any, Any], Any]] = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "divide": lambda a, b: np.divide(a, np.abs(b) + 0.5),
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "where": lambda a, b: np.where(np.greater(a, b), a, b),
+    "operator-sub": operator.sub,
+    "operator-mul": operator.mul,
+}
+# The second operand: an input of the same shape, a broadcast row, or a scalar of each kind.
+OPERANDS: dict[str, Callable[[Any, Any], Any]] = {
+    "y": lambda y, row: y,
+    "row": lambda y, row: row,
+    "float": lambda y, row: 1.5,
+    "numpy-float32": lambda y, row: np.float32(-0.75),
+    "numpy-int64": lambda y, row: np.int64(2),
+}
+
+
+Step = tuple[str, str, bool]  # (unary or binary step, operand, operand on the left)
+
+steps_st = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(sorted(UNARY_STEPS)), st.just(""), st.just(False)),
+        st.tuples(
+            st.sampled_from(sorted(BINARY_STEPS)), st.sampled_from(sorted(OPERANDS)), st.booleans()
+        ),
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+def chain_of(steps: list[Step]) -> Callable[..., Any]:
+    """f(x, y, row) applying `steps` to x in order."""
+
+    def chain(x: Any, y: Any, row: Any) -> Any:
+        for name, operand, swap in steps:
+            if name in UNARY_STEPS:
+                x = UNARY_STEPS[name](x)
+            else:
+                other = OPERANDS[operand](y, row)
+                x = BINARY_STEPS[name](other, x) if swap else BINARY_STEPS[name](x, other)
+        return x
+
+    return chain
+
+
+@settings(max_examples=8, deadline=None)
+@given(steps_st)
+def test_random_numpy_elementwise_chains_match_numpy(steps: list[Step]) -> None:
+    assert_matches_numpy(chain_of(steps), arrays(X, X, ROW))
+
+
+# ------------------------------------------------------------------ @eqsat.jit: caching
+
+
+def test_jit_traces_once_per_shape_and_dtype() -> None:
+    traced_with: list[tuple[type, ...]] = []
+
+    @eqsat.jit
+    def scale_rows(x: Any, w: Any) -> Any:
+        traced_with.append((type(x), type(w)))
+        return x * w
+
+    x, w = arrays(X, ROW)
+    for _ in range(2):
+        assert_close(scale_rows(x, w), x * w, "float32")
+    assert traced_with == [(eqsat.Tensor, eqsat.Tensor)]  # never called with real data
+    x2, w2 = arrays((4, 16), ROW)
+    assert_close(scale_rows(x2, w2), x2 * w2, "float32")
+    assert_close(scale_rows(x, w), x * w, "float32")
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    assert_close(scale_rows(x64, w64), x64 * w64, "float64")
+    assert len(traced_with) == 3
+    assert [key[0] for key in scale_rows.kernels] == [
+        ("x", ArraySpec(X, "float32")),
+        ("x", ArraySpec((4, 16), "float32")),
+        ("x", ArraySpec(X, "float64")),
+    ]
+
+
+def test_jit_static_scalars_are_part_of_the_key() -> None:
+    traced: list[Any] = []
+
+    @eqsat.jit
+    def power(x: Any, n: int, shift: float = 0.0, negate: bool = False) -> Any:
+        traced.append((n, shift, negate))
+        y = x**n + shift
+        return -y if negate else y
+
+    (x,) = arrays(X)
+    assert_close(power(x, 2), x.astype(np.float64) ** 2, "float32")
+    assert_close(power(x, 3, shift=1.5), x.astype(np.float64) ** 3 + 1.5, "float32")
+    assert_close(power(x, 2), x.astype(np.float64) ** 2, "float32")
+    assert_close(power(x, 2, 0.0, True), -(x.astype(np.float64) ** 2), "float32")
+    assert_close(power(x, 2, 0.0, 1), -(x.astype(np.float64) ** 2), "float32")  # 1 is not True
+    assert traced == [(2, 0.0, False), (3, 1.5, False), (2, 0.0, True), (2, 0.0, 1)]
+    assert list(power.kernels)[-1][1:] == (
+        ("n", Static(2, int)),
+        ("shift", Static(0.0, float)),
+        ("negate", Static(1, int)),
+    )
+
+
+def test_jit_keyword_arguments_and_defaults_share_one_kernel() -> None:
+    calls = []
+
+    @eqsat.jit
+    def affine(x: Any, W: Any, b: Any, alpha: float = 0.5) -> Any:
+        calls.append(alpha)
+        return alpha * (x @ W) + b
+
+    x, W, b = arrays(X, (16, 4), (4,))
+    want = 0.5 * (x.astype(np.float64) @ W.astype(np.float64)) + b
+    for call in (
+        lambda: affine(x, W, b),
+        lambda: affine(x=x, W=W, b=b),
+        lambda: affine(x, b=b, W=W),
+        lambda: affine(x, W, b, alpha=0.5),
+    ):
+        assert_close(call(), want, "float32")
+    assert calls == [0.5]
+    assert affine.kernel_for(b=b, W=W, x=x) is next(iter(affine.kernels.values()))
+
+
+def test_jit_multiple_outputs_return_a_tuple() -> None:
+    @eqsat.jit
+    def stats(x: Any) -> Any:
+        return np.sum(x, axis=1), np.max(x, axis=1)
+
+    @eqsat.jit
+    def as_list(x: Any) -> Any:
+        return [np.exp(x)]
+
+    (x,) = arrays(X)
+    total, peak = stats(x)
+    assert_close(total, x.astype(np.float64).sum(axis=1), "float32")
+    assert_close(peak, x.max(axis=1), "float32")
+    (e,) = as_list(x)
+    assert isinstance(as_list(x), tuple)
+    assert_close(e, np.exp(x.astype(np.float64)), "float32")
+
+
+def test_jit_unused_and_positional_only_parameters() -> None:
+    @eqsat.jit
+    def first(x: Any, /, unused: Any) -> Any:
+        return x + 1
+
+    x, y = arrays(X, (3,))
+    assert_close(first(x, y), x + 1.0, "float32")
+    assert first.kernel_for(x, y).input_names == ("x",)
+
+
+def test_jit_returning_an_input_gives_a_copy() -> None:
+    (x,) = arrays(X)
+    out = eqsat.jit(lambda x: x)(x)
+    assert out is not x
+    np.testing.assert_array_equal(out, x)
+
+
+def test_jit_keeps_the_function_metadata_and_passes_options() -> None:
+    def mlp(x: Any, W: Any) -> Any:
+        """One layer."""
+        return np.maximum(x @ W, 0)
+
+    compiled = eqsat.jit(limits=eqsat.Limits(iterations=1), isa="scalar")(mlp)
+    assert (compiled.__name__, compiled.__doc__, compiled.__wrapped__) == (  # type: ignore[attr-defined]
+        "mlp",
+        "One layer.",
+        mlp,
+    )
+    x, W = arrays(X, (16, 4))
+    assert_close(compiled(x, W), np.maximum(x.astype(np.float64) @ W, 0), "float32")
+    explanation = compiled.kernel_for(x, W).explain()
+    assert "isa scalar" in explanation and "iteration limit" in explanation
+    assert "written: maximum((x @ W), 0)" in explanation  # inputs named after the parameters
+    assert repr(compiled).endswith(".mlp: 1 kernel(s)>")
+
+
+# ------------------------------------------------------------------ clear errors
+
+
+def tensor_x() -> eqsat.Tensor:
+    return eqsat.tensor("x", X)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda x: np.sort(x), "numpy.sort is not supported on eqsat tensors; supported: "),
+        (lambda x: np.fft.fft(x), "numpy.fft.fft is not supported on eqsat tensors"),
+        (lambda x: np.sin(x), "numpy.sin is not supported on eqsat tensors"),
+        (lambda x: np.add.reduce(x), "numpy.add.reduce is not supported on eqsat tensors"),
+        (lambda x: np.multiply.outer(x, x), "numpy.multiply.outer is not supported"),
+        (lambda x: np.maximum.accumulate(x), "numpy.maximum.accumulate is not supported"),
+        (lambda x: np.add(x, 1, out=np.empty(X)), "numpy.add: keyword argument(s) out not"),
+        (lambda x: np.exp(x, where=x > 0), "numpy.exp: keyword argument(s) where not"),
+        (
+            lambda x: np.multiply(x, x, dtype=np.float64),
+            "numpy.multiply: keyword argument(s) dtype",
+        ),
+        (
+            lambda x: np.sum(x, dtype=np.float64),
+            "numpy.sum: keyword argument(s) dtype not "
+            "supported on eqsat tensors (it takes axis, keepdims)",
+        ),
+        (lambda x: np.mean(x, 0, np.float64), "numpy.mean: eqsat takes at most 2 positional"),
+        (lambda x: np.reshape(x, (16, 8), order="F"), "numpy.reshape: keyword argument(s) order"),
+        (lambda x: np.dot(x.reshape(2, 4, 16), x.T), "numpy.dot: shapes (2, 4, 16) and (16, 8);"),
+        (lambda x: np.asarray(x), "a symbolic eqsat tensor has no values"),
+        (
+            lambda x: np.ones(16) + x,
+            "add: cannot capture a numpy array of shape (16,) as a constant; pass it as an input",
+        ),
+        (
+            lambda x: np.ones((16, 2)).T @ x.T,
+            "matmul: cannot capture a numpy array of shape (2, 16)",
+        ),
+        (lambda x: np.where(x > 0, np.ones(16), x), "where: cannot capture a numpy array"),
+    ],
+)
+def test_unsupported_numpy_use_names_it(build: Callable[[Any], Any], message: str) -> None:
+    with pytest.raises(UnsupportedError, match=re.escape(message)):
+        build(tensor_x())
+
+
+def test_jit_refuses_a_captured_constant_array() -> None:
+    W = np.ones((16, 4), dtype=np.float32)
+
+    @eqsat.jit
+    def layer(x: Any) -> Any:
+        return x @ W
+
+    with pytest.raises(UnsupportedError, match=re.escape("shape (16, 4) as a constant; pass it")):
+        layer(*arrays(X))
+    assert not layer.kernels
+
+
+def test_jit_names_the_unsupported_numpy_function() -> None:
+    with pytest.raises(UnsupportedError, match=re.escape("numpy.cumsum is not supported")):
+        eqsat.jit(lambda x: np.cumsum(x, axis=0))(*arrays(X))
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        (
+            [np.ones(X, np.int64)],
+            "'x' of test_jit_wrong_dtype.<locals>.<lambda>: tensor: unsupported dtype 'int64'",
+        ),
+        (
+            [np.ones(X, np.float16)],
+            "<lambda>: tensor: unsupported dtype 'float16'; use 'float32' or 'float64'",
+        ),
+        (
+            [np.ones(X, np.float32), np.ones(X, np.float64)],
+            "<lambda> got arrays of different dtypes {'x': 'float32', 'y': 'float64'}",
+        ),
+    ],
+)
+def test_jit_wrong_dtype(inputs: list[np.ndarray], message: str) -> None:
+    function = (lambda x: x + 1) if len(inputs) == 1 else (lambda x, y: (x + 1, y + 1))
+    with pytest.raises(DTypeError, match=re.escape(message)):
+        eqsat.jit(function)(*inputs)
+
+
+@pytest.mark.parametrize(
+    ("function", "message"),
+    [
+        (lambda x, n: n, "<lambda> returned a result of type int, not an expression of its"),
+        (lambda x, n: np.ones(3), "<lambda> returned a result of type ndarray, not an"),
+        (lambda x, n: (x + 1, n), "<lambda> returned output 1 of type int, not an expression"),
+    ],
+)
+def test_jit_result_must_be_an_expression(function: Callable[..., Any], message: str) -> None:
+    with pytest.raises(TypeError, match=re.escape(message)):
+        eqsat.jit(function)(*arrays(X), 2)
+
+
+def test_jit_refuses_unhashable_arguments_and_variadic_functions() -> None:
+    def weighted(x: Any, ws: Any) -> Any:
+        return x
+
+    with pytest.raises(TypeError, match=r"argument 'ws' of .*weighted is a list; pass a numpy"):
+        eqsat.jit(weighted)(*arrays(X), [1.0])
+    with pytest.raises(TypeError, match=re.escape("<lambda> has *args or **kwargs")):
+        eqsat.jit(lambda *xs: xs[0])
+    with pytest.raises(TypeError, match="missing a required argument: 'y'"):
+        eqsat.jit(lambda x, y: x + y)(*arrays(X))
