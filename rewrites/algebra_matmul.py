@@ -12,11 +12,18 @@ from egglog.egraph import FactLike
 
 from eqsat.terms import TExpr
 from rewrites.algebra_elementwise import XYZ, mul
-from rewrites.algebra_facts import few_operands, is_scalar, same_shape, single_operand
+from rewrites.algebra_facts import (
+    few_operands,
+    is_scalar,
+    same_shape,
+    shape_of,
+    single_operand,
+)
 from rewrites.rule import Identity
 
 XYC = {"x": TExpr, "y": TExpr, "c": TExpr}
 XYP = {"x": TExpr, "y": TExpr, "p": Vec[i64]}
+XYR = {"x": TExpr, "y": TExpr, "r": TExpr}
 
 
 def matmul(a: TExpr, b: TExpr) -> TExpr:
@@ -153,6 +160,44 @@ SCALARS = (
     ),
 )
 
+
+
+def is_row_scale(r: TExpr, x: TExpr) -> list[FactLike]:
+    """Guard: `r` has the shape of `x` with a last dimension of 1 (one factor per row of x)."""
+    return [eq(shape_of(r)).to(shape_of(x).pop().push(i64(1)))]
+
+
+ROW_SCALE = "shape(r) = shape(x) with the last dimension 1 (a factor per row)"
+
+# Scaling the rows of the left operand scales the rows of the product (softmax's division by
+# the row sums before @V moves after it: m*n divisions instead of m*k).
+ROW_SCALES = tuple(
+    identity
+    for op, sign in (("mul", "*"), ("div", "/"))
+    for identity in (
+        Identity(
+            f"matmul-row-{op}-out",
+            f"(x {sign} r)@y -> (x@y) {sign} r",
+            XYR,
+            lambda x, y, r, op=op: matmul(TExpr.binary(op, x, r), y),
+            lambda x, y, r, op=op: TExpr.binary(op, matmul(x, y), r),
+            guard=lambda x, r: is_row_scale(r, x),
+            guard_text=ROW_SCALE,
+            finite_only=True,
+        ),
+        Identity(
+            f"matmul-row-{op}-in",
+            f"(x@y) {sign} r -> (x {sign} r)@y",
+            XYR,
+            lambda x, y, r, op=op: TExpr.binary(op, matmul(x, y), r),
+            lambda x, y, r, op=op: matmul(TExpr.binary(op, x, r), y),
+            guard=lambda x, r: is_row_scale(r, x),
+            guard_text=ROW_SCALE,
+            finite_only=True,
+        ),
+    )
+)
+
 TRANSPOSES = (
     Identity(
         "transpose-matmul",
@@ -174,4 +219,4 @@ TRANSPOSES = (
     ),
 )
 
-IDENTITIES = CHAINS + DISTRIBUTIVE + SCALARS + TRANSPOSES
+IDENTITIES = CHAINS + DISTRIBUTIVE + SCALARS + ROW_SCALES + TRANSPOSES

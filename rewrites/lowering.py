@@ -18,6 +18,10 @@ Rules of the translation:
   expression (an index mapping, no loop of their own).
 - A value gets a buffer of its own when it is a matmul or a reduction, an output, or used more
   than once and expensive to recompute (a transcendental function).
+- The right operand of a matmul is copied into a buffer when it is a transpose that moves its
+  last dimension (x @ K.T) and the left operand has at least PACK_MIN_ROWS rows: read in place,
+  the vector axis of the product would stride through K; copied once, the product is a plain
+  unit-stride matmul that register tiles (`eqsat.loops.register_tile`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from eqsat.errors import DTypeError, ShapeError
 from eqsat.terms import LoopProgram, Term, index_list
 
 EXPENSIVE_UNARY = frozenset({"exp", "log", "tanh", "sigmoid", "sqrt"})
+PACK_MIN_ROWS = 8  # rows of the left operand that reuse each copied element of the right one
 REDUCE_INIT = {"sum": 0.0, "max": float("-inf")}
 
 
@@ -192,9 +197,11 @@ class _Lowering:
             k = axis("k", self.shape(a)[-1])
             a_idx = [*out_idx[:-1], index_of(k)]
             b_idx = [*out_idx[:-2], index_of(k), out_idx[-1]]
-            product = Term(
-                "Scalar.binary", ("mul", self.value_at(a, a_idx), self.value_at(b, b_idx))
-            )
+            if self.shape(a)[-2] >= PACK_MIN_ROWS and _moves_last_dimension(b):
+                right = load(self.materialize(b), b_idx)
+            else:
+                right = self.value_at(b, b_idx)
+            product = Term("Scalar.binary", ("mul", self.value_at(a, a_idx), right))
             return k, product
         _op, dim, source = t.args
         assert isinstance(dim, int) and isinstance(source, Term)
@@ -228,6 +235,15 @@ def reshape_index(
         result.append(digit)
         stride *= source_shape[d]
     return result[::-1]
+
+
+def _moves_last_dimension(t: Term) -> bool:
+    """Whether `t` is a transpose whose last dimension is not its operand's last dimension."""
+    if t.op != "TExpr.transpose":
+        return False
+    permutation = t.args[1]
+    assert isinstance(permutation, tuple)
+    return permutation[-1] != len(permutation) - 1
 
 
 def _count_uses(roots: Sequence[Term]) -> Counter[Term]:

@@ -152,11 +152,14 @@ def open_shape(node: Any) -> tuple[int, ...] | None:
 
 def candidates(sort: type, rng: random.Random, used: list[Any], non_finite: bool) -> list[Any]:
     """Values to try for a variable of `sort`, in a random order that favours what guards ask
-    for: rank 0, and shapes other variables already have (same shape, reshape to it)."""
+    for: rank 0, shapes other variables already have (same shape, reshape to it), and those
+    shapes with a last dimension of 1 (a factor per row)."""
     if sort is TExpr or sort == Vec[i64]:
         pool = ALL_SHAPES + PERMUTATIONS if sort == Vec[i64] else ALL_SHAPES
         first = [()] if rng.random() < 0.35 else []
         first += rng.sample(used, len(used)) if rng.random() < 0.6 else []
+        rows = [(*shape[:-1], 1) for shape in used if shape]
+        first += rng.sample(rows, len(rows)) if rng.random() < 0.3 else []
         return list(dict.fromkeys(first + rng.sample(pool, len(pool))))
     if sort is i64:
         return rng.sample(range(4), 4)
