@@ -246,3 +246,29 @@ def test_kernel_loaded_library_keeps_subnormals() -> None:
     tiny = np.array([1e-40], dtype=np.float32)
     result = kernel(tiny, np.zeros(1, dtype=np.float32))
     assert isinstance(result, np.ndarray) and result[0] == tiny[0] and result[0] != 0
+
+
+@pytest.mark.parametrize(
+    "hold",
+    [lambda a: a, lambda a: a[1:], lambda a: [a], memoryview],
+    ids=["array", "view", "list", "buffer-export"],
+)
+def test_large_output_is_reused_only_once_nothing_references_it(
+    hold: Callable[[np.ndarray], Any],
+) -> None:
+    from backend_c.kernel import POOL_MIN_BYTES
+
+    shape = (POOL_MIN_BYTES // 4,)  # float32: exactly the pooling threshold
+    kernel = axpy_kernel(shape=shape)
+    x, y = np.ones(shape, np.float32), np.full(shape, 2.0, np.float32)
+    result = kernel(x, y)  # 5.0 everywhere
+    address = result.ctypes.data
+    held = hold(result)
+    del result
+    other = kernel(x, 3 * y)  # 7.0 everywhere
+    assert other.ctypes.data != address
+    seen = np.asarray(held[0] if isinstance(held, list) else held)
+    np.testing.assert_array_equal(seen, 5.0)  # what is held was not overwritten
+    address = other.ctypes.data
+    del other
+    assert kernel(x, y).ctypes.data == address  # nothing refers to it any more: written again
