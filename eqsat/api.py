@@ -17,6 +17,8 @@ from backend_c.build import build_library
 from backend_c.emit import emit
 from backend_c.isa import GCC_FLAGS
 from backend_c.kernel import Kernel, TensorSpec
+from eqsat.autotune import DEFAULT_CANDIDATES, fastest
+from eqsat.egraph_view import EGraphPicture, draw_egraph
 from eqsat.frontend import Tensor
 from eqsat.pretty import format_loops, format_tensor
 from eqsat.progress import Progress
@@ -66,7 +68,21 @@ class Optimized:
     machine: Machine
     forms: tuple[tuple[str, float], ...] = ()  # each algebraic form scheduled, predicted cycles
     estimate: Estimate | None = None  # the cost model's breakdown of `cost`
+    extracted: Term | None = None  # `program.body` as extracted, before temporaries contract
+    algebra_graph: SerializedGraph | None = field(default=None, compare=False, repr=False)
     loop_graph: SerializedGraph | None = field(default=None, compare=False, repr=False)
+
+    def draw(self, stage: str = "loops", max_classes: int = 40) -> EGraphPicture:
+        """A picture of the e-graph of `stage` ("algebra" or "loops": the chosen form's kernel
+        e-graph), the chosen term highlighted (`eqsat.draw_egraph`)."""
+        if stage == "algebra":
+            graph, chosen = self.algebra_graph, list(self.chosen)
+        elif stage == "loops" and self.extracted is not None:
+            graph, chosen = self.loop_graph, [self.extracted]
+        else:
+            raise ValueError(f"unknown stage {stage!r}; expected 'algebra' or 'loops'")
+        assert graph is not None, "built by optimize()"
+        return draw_egraph(graph, max_classes=max_classes, chosen=chosen)
 
     def candidates(self, best: int, *, sampled: int = 0, seed: int = 0) -> list[Candidate]:
         """Distinct loop programs of the chosen form's kernel e-graph, each with its predicted
@@ -169,7 +185,7 @@ def _outputs(outputs: Tensor | Sequence[Tensor]) -> tuple[list[Tensor], bool]:
 
 def _optimize_algebra(
     roots: list[Term], limits: Limits, progress: Progress
-) -> tuple[list[list[Term]], SaturationReport]:
+) -> tuple[list[list[Term]], SaturationReport, SerializedGraph]:
     """The algebraic forms worth scheduling, cheapest first, and the stage's report.
 
     With one output, up to ALGEBRA_CANDIDATES forms of different flop + byte estimates are kept,
@@ -185,14 +201,15 @@ def _optimize_algebra(
     graph = SerializedGraph(egraph)
     cost = TensorCost()
     if len(roots) > 1:
-        return [[graph.extract(graph.root(f"root{k}"), cost)[0] for k in range(len(roots))]], report
+        forms = [[graph.extract(graph.root(f"root{k}"), cost)[0] for k in range(len(roots))]]
+        return forms, report, graph
     ranked = graph.extract_top(graph.root("root0"), cost, 4 * ALGEBRA_CANDIDATES)
     best_cost = ranked[0][1]
-    forms: dict[float, Term] = {}
+    by_estimate: dict[float, Term] = {}
     for term, estimate in ranked:
-        if len(forms) < ALGEBRA_CANDIDATES and estimate <= ALGEBRA_SLACK * best_cost:
-            forms.setdefault(estimate, term)
-    return [[term] for term in forms.values()], report
+        if len(by_estimate) < ALGEBRA_CANDIDATES and estimate <= ALGEBRA_SLACK * best_cost:
+            by_estimate.setdefault(estimate, term)
+    return [[term] for term in by_estimate.values()], report, graph
 
 
 @dataclass(frozen=True)
@@ -250,7 +267,9 @@ def optimize(
     reporter = Progress(enabled=progress)
     original = [to_term(t.expr) for t in tensors]
     assert all(isinstance(t, Term) for t in original)
-    forms, algebra_report = _optimize_algebra(original, limits, reporter)  # type: ignore[arg-type]
+    forms, algebra_report, algebra_graph = _optimize_algebra(
+        original, limits, reporter  # type: ignore[arg-type]
+    )
     scheduled: list[_Scheduled] = []
     for form in forms:
         scheduled.append(
@@ -270,6 +289,8 @@ def optimize(
         machine,
         tuple(("; ".join(format_tensor(t) for t in c.form), c.cost) for c in scheduled),
         best.estimate,
+        best.body,
+        algebra_graph,
         best.graph,
     )
 
@@ -296,10 +317,13 @@ def compile(  # noqa: A001 - the public name is part of the stable API (DESIGN Â
         machine = machine.with_isa(isa)
     best = optimize(outputs, limits=limits, machine=machine, progress=progress)
     if autotune:
-        from eqsat.autotune import DEFAULT_CANDIDATES, fastest
-
         count = DEFAULT_CANDIDATES if autotune is True else int(autotune)
-        return fastest(best, count, returns_tuple=returns_tuple)
+        return fastest(
+            best,
+            count,
+            lambda program: build(program, best, returns_tuple=returns_tuple),
+            progress=progress,
+        )
     return build(best.program, best, returns_tuple=returns_tuple)
 
 

@@ -6,7 +6,12 @@ time eqsat and every baseline in turns (interleaved, median), and print one tabl
 numpy/eqsat ratio and its target, the fraction of the machine's measured peak
 (`extract.calibrate`), compile seconds and the e-graph size of every optimizer stage.
 
-    python -m eqsat bench [--only elementwise,softmax] [--quick] [--repeats N] [--json PATH]
+Then the cost-model calibration table (`eqsat.model_check`): for matmul, softmax, layernorm
+and an elementwise chain, the rank correlation between predicted and measured times of ~36
+candidate nests each, and the regret of the model's pick.
+
+    python -m eqsat bench [--only elementwise,softmax,calibration:matmul] [--quick]
+                          [--repeats N] [--json PATH]
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -25,12 +29,10 @@ from typing import Any
 import numpy as np
 
 import eqsat
+from eqsat import model_check
+from eqsat.measure import agreement, interleaved_medians, random_inputs
 from extract.calibrate import calibrated_host
 from extract.machine import Calibration, Machine, cpu_model
-
-BUDGET_SECONDS = 5.0  # of timing per workload; past it, timing stops once MIN_ROUNDS are done
-MIN_ROUNDS = 3
-RTOL = 1e-4  # DESIGN §9, float32: atol = RTOL * max(1, max|reference|)
 
 
 @dataclass(frozen=True)
@@ -200,30 +202,6 @@ def workloads(quick: bool = False) -> list[Workload]:
     ]
 
 
-def interleaved_medians(
-    functions: Mapping[str, Callable[[], object]],
-    repeats: int,
-    budget_seconds: float = BUDGET_SECONDS,
-) -> dict[str, float]:
-    """Median wall time of each function, timed in rounds of one call each after one warm-up.
-
-    Interleaving spreads the noise of other processes over all functions alike. It runs
-    `repeats` rounds, or stops after MIN_ROUNDS once `budget_seconds` have passed.
-    """
-    for function in functions.values():
-        function()
-    times: dict[str, list[float]] = {name: [] for name in functions}
-    start = time.perf_counter()
-    for round_ in range(repeats):
-        for name, function in functions.items():
-            before = time.perf_counter()
-            function()
-            times[name].append(time.perf_counter() - before)
-        if round_ + 1 >= MIN_ROUNDS and time.perf_counter() - start > budget_seconds:
-            break
-    return {name: statistics.median(samples) for name, samples in times.items()}
-
-
 def _omp_threads(machine: Machine) -> int:
     """Threads of an OpenMP parallel loop: OMP_NUM_THREADS (first value) or all cores."""
     value = os.environ.get("OMP_NUM_THREADS", "").split(",")[0]
@@ -246,10 +224,7 @@ def run_workload(
         result.stages = [  # plain dicts: asdict() turns a Counter's items into tuple keys
             {**vars(report), "matches": dict(report.matches)} for report in kernel.stages
         ]
-        inputs = {
-            name: rng.standard_normal(shape, dtype=np.float32)
-            for name, shape in workload.shapes.items()
-        }
+        inputs = random_inputs(workload.shapes, "float32", rng)
         got = np.asarray(kernel(**inputs))
         _check(result, got, workload, inputs)
         functions = {
@@ -287,11 +262,8 @@ def _check(
 ) -> None:
     """Compare `got` with the float64 reference within DESIGN §9's float32 tolerance."""
     want = workload.reference(**{name: a.astype(np.float64) for name, a in inputs.items()})
-    result.tolerance = RTOL * max(1.0, float(np.max(np.abs(want))))
-    result.max_error = float(np.max(np.abs(got - want)))
-    result.correct = got.shape == want.shape and bool(
-        np.allclose(got, want, rtol=RTOL, atol=result.tolerance)
-    )
+    check = agreement(got, want, "float32")
+    result.max_error, result.tolerance, result.correct = check.max_error, check.tolerance, check.ok
 
 
 def _at(row: Mapping[int, float], threads: int) -> float:
@@ -392,7 +364,10 @@ def _calibration_summary(calibration: Calibration) -> str:
 
 def _parse(argv: Sequence[str], names: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m eqsat bench", description=__doc__.split("\n")[0]
+        prog="python -m eqsat bench",
+        description=__doc__.split("\n")[0],
+        epilog="`calibration` selects every workload of the cost-model calibration table, "
+        "`calibration:NAME` one of them; by default both tables run.",
     )
     parser.add_argument("--only", help=f"comma-separated workloads among: {', '.join(names)}")
     parser.add_argument("--quick", action="store_true", help="small sizes (a fast smoke run)")
@@ -407,26 +382,56 @@ def _parse(argv: Sequence[str], names: Sequence[str]) -> argparse.Namespace:
     return options
 
 
+def _run_calibration(
+    selected: Sequence[model_check.Workload], quick: bool, machine: Machine, repeats: int
+) -> list[model_check.Check]:
+    """The cost-model calibration table (eqsat.model_check), printed row by row."""
+    print("\n" + model_check.TABLE_TITLE, flush=True)
+    print(model_check.table_header(), flush=True)
+    mix = model_check.QUICK_MIX if quick else model_check.FULL_MIX
+    checks = []
+    for workload in selected:
+        checks.append(model_check.check_workload(workload, machine, mix, repeats))
+        print(model_check.format_check(checks[-1]), flush=True)
+    return checks
+
+
 def main(argv: Sequence[str], machine: Machine | None = None) -> int:
-    """Run the benchmark; returns 0, or 1 if a workload failed or did not match numpy.
+    """Run the benchmark and the cost-model calibration; returns 0, or 1 if a workload failed or
+    did not match numpy, or a calibration candidate was wrong.
 
     It requires: `machine`, when given, has a calibration (tests pass a fake one); by default the
     host is calibrated (a few seconds the first time on a machine, then cached).
     """
     names = [workload.name for workload in workloads(quick=True)]
-    options = _parse(argv, names)
-    chosen = options.only.split(",") if options.only else names
+    check_names = [f"calibration:{w.name}" for w in model_check.workloads(quick=True)]
+    options = _parse(argv, [*names, "calibration", *check_names])
+    chosen = set(options.only.split(",") if options.only else [*names, "calibration"])
     selected = [workload for workload in workloads(options.quick) if workload.name in chosen]
+    checks_selected = [
+        workload
+        for workload in model_check.workloads(options.quick)
+        if {"calibration", f"calibration:{workload.name}"} & chosen
+    ]
     machine = machine or calibrated_host()
     header = _header(machine, options.repeats)
     print("\n".join(header), flush=True)
-    print(_row([title for title, _, _ in _COLUMNS]), flush=True)
     rng = np.random.default_rng(0)
     results = []
+    if selected:
+        print(_row([title for title, _, _ in _COLUMNS]), flush=True)
     for workload in selected:
         results.append(run_workload(workload, machine, options.repeats, rng))
         print(format_result(results[-1]), flush=True)
-    print("workloads:\n" + "\n".join(f"  {w.name}: {w.description}" for w in selected))
+    checks = (
+        _run_calibration(checks_selected, options.quick, machine, options.repeats)
+        if checks_selected
+        else []
+    )
+    described = [f"  {w.name}: {w.description}" for w in selected] + [
+        f"  calibration:{w.name}: {w.description}" for w in checks_selected
+    ]
+    print("\n".join(["workloads:", *described]))
     if options.json:
         report = {
             "cpu": cpu_model(),
@@ -435,10 +440,13 @@ def main(argv: Sequence[str], machine: Machine | None = None) -> int:
             "repeats": options.repeats,
             "header": header,
             "workloads": [asdict(result) for result in results],
+            "calibration": [asdict(check) for check in checks],
         }
         with open(options.json, "w") as handle:
             json.dump(report, handle, indent=2)
-    bad = [r.name for r in results if r.failure is not None or not r.correct]
+    bad = [r.name for r in results if r.failure is not None or not r.correct] + [
+        f"calibration:{c.name}" for c in checks if c.failure is not None or c.wrong
+    ]
     if bad:
         print(f"!! FAILED OR MISMATCHED: {', '.join(bad)}")
     return 1 if bad else 0

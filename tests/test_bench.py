@@ -69,3 +69,27 @@ def test_a_failing_workload_is_reported_in_its_row() -> None:
 def test_unknown_workload_is_a_usage_error() -> None:
     with pytest.raises(SystemExit):
         bench.main(["--only", "nonsense"], fake_machine())
+
+
+def test_calibration_table_is_selected_by_only_and_written_to_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bench.json"
+    argv = ["--quick", "--repeats", "3", "--only", "calibration:elementwise", "--json", str(out)]
+    assert bench.main(argv, fake_machine()) == 0
+    report = json.loads(out.read_text())
+    assert report["workloads"] == []
+    (check,) = report["calibration"]
+    assert check["name"] == "elementwise" and check["failure"] is None and check["wrong"] == 0
+    assert len(check["candidates"]) >= 2 and -1 <= check["spearman"] <= 1
+    assert check["regret"] >= 1 and isinstance(check["met"], bool)
+    printed = capsys.readouterr().out
+    assert "cost-model calibration" in printed
+    assert [line.split()[0] for line in printed.splitlines() if line.strip()].count(
+        "elementwise"
+    ) == 1  # the calibration row; the workload table did not run
+
+
+def test_unknown_calibration_workload_is_a_usage_error() -> None:
+    with pytest.raises(SystemExit):
+        bench.main(["--only", "calibration:nonsense"], fake_machine())

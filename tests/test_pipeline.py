@@ -167,3 +167,17 @@ def test_progress_speaks_only_for_long_stages() -> None:
     silent = io.StringIO()
     Progress(enabled=False, stream=silent).extracting("loops", 10**6)
     assert silent.getvalue() == ""
+
+
+def test_optimized_draws_both_e_graphs_with_the_choice_highlighted() -> None:
+    from eqsat.egraph_view import CHOSEN_FILL
+
+    x, W = eqsat.tensor("x", (16, 32)), eqsat.tensor("W", (32, 8))
+    best = eqsat.optimize(eqsat.relu(x @ W))
+    algebra = best.draw("algebra")
+    assert algebra.shown_classes == algebra.total_classes  # 5 e-classes fit
+    assert CHOSEN_FILL in algebra.svg  # the chosen form is filled
+    loops = best.draw("loops", max_classes=12)
+    assert loops.shown_classes == 12 < loops.total_classes
+    with pytest.raises(ValueError, match="unknown stage"):
+        best.draw("lowering")

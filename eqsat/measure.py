@@ -1,0 +1,93 @@
+"""Measuring kernels: random inputs, DESIGN §9's tolerance, interleaved median timing.
+
+Shared by the benchmark (`eqsat.bench`), the cost-model check (`eqsat.model_check`) and the
+autotuner (`eqsat.autotune`), so that all three check and time kernels the same way.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+BUDGET_SECONDS = 5.0  # of timing per call of interleaved_medians; past it, MIN_ROUNDS suffice
+MIN_ROUNDS = 3
+# DESIGN §9: |got - want| <= rtol * |want| + rtol * max(1, max|want|), elementwise
+RTOL = {"float32": 1e-4, "float64": 1e-9}
+
+Name = TypeVar("Name", bound=Hashable)
+
+
+def random_inputs(
+    shapes: Mapping[str, tuple[int, ...]], dtype: str, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
+    """Standard normal arrays of `dtype` ("float32" or "float64"), by input name."""
+
+    def draw(shape: tuple[int, ...]) -> np.ndarray:
+        if dtype == "float32":
+            return rng.standard_normal(shape, dtype=np.float32)
+        return rng.standard_normal(shape)
+
+    return {name: draw(shape) for name, shape in shapes.items()}
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How far a result is from its reference, and whether that is within DESIGN §9."""
+
+    max_error: float  # max |got - want|; inf when the shapes differ, nan when got has a nan
+    tolerance: float  # the absolute part of the tolerance: rtol * max(1, max|want|)
+    ok: bool
+
+
+def agreement(got: np.ndarray, want: np.ndarray, dtype: str) -> Agreement:
+    """Compare `got` (a kernel's output of `dtype`) with `want` (the reference, ideally computed
+    in float64) within DESIGN §9's tolerance for `dtype`."""
+    rtol = RTOL[dtype]
+    tolerance = rtol * max(1.0, float(np.max(np.abs(want), initial=0.0)))
+    if got.shape != want.shape:
+        return Agreement(float("inf"), tolerance, False)
+    max_error = float(np.max(np.abs(got - want), initial=0.0))
+    ok = bool(np.allclose(got, want, rtol=rtol, atol=tolerance))
+    return Agreement(max_error, tolerance, ok)
+
+
+def interleaved_medians(
+    functions: Mapping[Name, Callable[[], object]],
+    repeats: int,
+    budget_seconds: float = BUDGET_SECONDS,
+    *,
+    each_seconds: float | None = None,
+) -> dict[Name, float]:
+    """Median wall time of each function, timed in rounds of one call each after one warm-up.
+
+    Interleaving spreads the noise of other processes over all functions alike. It runs
+    `repeats` rounds, or stops after MIN_ROUNDS once `budget_seconds` have passed. With
+    `each_seconds`, a function also leaves the rounds once it has MIN_ROUNDS samples taking that
+    long in total (a slow function gets few rounds, a fast one many).
+
+    It requires: `repeats` >= 1.
+    """
+    for function in functions.values():
+        function()
+    times: dict[Name, list[float]] = {name: [] for name in functions}
+    start = time.perf_counter()
+    for round_ in range(repeats):
+        timed = [
+            name
+            for name, samples in times.items()
+            if each_seconds is None or len(samples) < MIN_ROUNDS or sum(samples) < each_seconds
+        ]
+        if not timed:
+            break
+        for name in timed:
+            before = time.perf_counter()
+            functions[name]()
+            times[name].append(time.perf_counter() - before)
+        if round_ + 1 >= MIN_ROUNDS and time.perf_counter() - start > budget_seconds:
+            break
+    return {name: statistics.median(samples) for name, samples in times.items()}

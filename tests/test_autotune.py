@@ -1,0 +1,185 @@
+"""Tests of eqsat.autotune: the fastest candidate wins (fake timer), the choice is remembered in
+the compile cache, broken entries and wrong candidates are discarded, progress is printed."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import eqsat
+from backend_c.build import cache_dir
+from backend_c.kernel import Kernel
+from eqsat import autotune
+from eqsat.api import Optimized, build
+from eqsat.terms import LoopProgram
+
+SHAPE = (64, 64)
+PROGRESS_LINE = re.compile(
+    r"^autotune \d/4: \d+\.\d{3} ms \(predicted \d+\.\d Mcycles\); best so far \d+\.\d{3} ms$"
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One compile cache for this module: builds are shared, remembered choices are not."""
+    with pytest.MonkeyPatch.context() as patch:
+        directory = tmp_path_factory.mktemp("cache")
+        patch.setenv("EQSAT_CACHE_DIR", str(directory))
+        yield directory
+
+
+def forget_choices(directory: Path) -> None:
+    for entry in directory.glob("autotune-*.json"):
+        entry.unlink()
+
+
+@pytest.fixture(autouse=True)
+def fresh_choices(private_cache: Path) -> None:
+    forget_choices(private_cache)
+
+
+@pytest.fixture(scope="module")
+def optimized() -> Optimized:
+    result = eqsat.optimize(eqsat.softmax(eqsat.tensor("x", SHAPE)), progress=False)
+    assert len(result.candidates(4)) == 4
+    return result
+
+
+class Counted:
+    """`build` for `optimized`, counting its calls."""
+
+    def __init__(self, optimized: Optimized) -> None:
+        self.optimized = optimized
+        self.calls = 0
+
+    def __call__(self, program: LoopProgram) -> Kernel:
+        self.calls += 1
+        return build(program, self.optimized)
+
+
+def fake_timer(seconds: Mapping[int, float], calls: list[int] | None = None) -> autotune.Timer:
+    """Reports `seconds[k]` for candidate k without running anything; counts its calls."""
+
+    def timer(functions: Mapping[int, Callable[[], object]]) -> dict[int, float]:
+        if calls is not None:
+            calls.append(len(functions))
+        return {k: seconds[k] for k in functions}
+
+    return timer
+
+
+def never_called(functions: Mapping[int, Callable[[], object]]) -> dict[int, float]:
+    raise AssertionError("a remembered choice must not be timed")
+
+
+def winner_source(optimized: Optimized, rank: int) -> str:
+    return build(optimized.candidates(4)[rank].program, optimized).c_source
+
+
+def test_the_fastest_candidate_wins(optimized: Optimized) -> None:
+    timer = fake_timer({0: 3e-3, 1: 2e-3, 2: 1e-3, 3: 5e-3})
+    kernel = autotune.fastest(optimized, 4, Counted(optimized), progress=False, timer=timer)
+    assert "autotuned: candidate 3/4 is the fastest" in kernel.explain()
+    assert "its loop nest:" in kernel.explain()
+    assert kernel.c_source == winner_source(optimized, 2)
+
+
+def test_a_remembered_choice_is_built_without_timing(optimized: Optimized) -> None:
+    calls: list[int] = []
+    first = autotune.fastest(
+        optimized,
+        4,
+        Counted(optimized),
+        progress=False,
+        timer=fake_timer({0: 3, 1: 1, 2: 2, 3: 4}, calls),
+    )
+    assert len(calls) == 4  # one comparison per candidate
+    counted = Counted(optimized)
+    again = autotune.fastest(optimized, 4, counted, progress=False, timer=never_called)
+    assert counted.calls == 1
+    assert again.c_source == first.c_source == winner_source(optimized, 1)
+    assert "candidate 2/4 is the fastest" in again.explain() and "remembered in" in again.explain()
+
+
+def test_a_remembered_choice_is_found_by_a_new_process(optimized: Optimized) -> None:
+    """The cache key and program digests do not depend on the process (hash seeds, ids)."""
+    here = [autotune.tuning_key(optimized, 4)] + [
+        autotune.program_digest(c.program) for c in optimized.candidates(4)
+    ]
+    script = (
+        "import eqsat, json; from eqsat import autotune as a;"
+        f"o = eqsat.optimize(eqsat.softmax(eqsat.tensor('x', {SHAPE})), progress=False);"
+        "print(json.dumps([a.tuning_key(o, 4)]"
+        " + [a.program_digest(c.program) for c in o.candidates(4)]))"
+    )
+    root = Path(__file__).resolve().parents[1]
+    output = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=root
+    ).stdout
+    there = json.loads(output)
+    assert there[0] == here[0] and sorted(there[1:]) == sorted(here[1:])
+
+
+@pytest.mark.parametrize(
+    "entry",
+    ["{not json", '{"note": "x"}', '{"program": "%s", "note": "x"}' % ("0" * 64), "[1, 2]"],
+    ids=["corrupt", "incomplete", "stale", "not-an-object"],
+)
+def test_a_broken_or_stale_entry_is_tuned_again(optimized: Optimized, entry: str) -> None:
+    path = cache_dir() / f"autotune-{autotune.tuning_key(optimized, 4)}.json"
+    path.write_text(entry)
+    calls: list[int] = []
+    timer = fake_timer({0: 3, 1: 1, 2: 2, 3: 4}, calls)
+    kernel = autotune.fastest(optimized, 4, Counted(optimized), progress=False, timer=timer)
+    assert len(calls) == 4 and "remembered" not in kernel.explain()
+    assert json.loads(path.read_text())["program"] == autotune.program_digest(
+        optimized.candidates(4)[1].program
+    )
+
+
+def test_a_wrong_candidate_is_discarded(optimized: Optimized) -> None:
+    wrong = eqsat.optimize(eqsat.exp(eqsat.tensor("x", SHAPE)), progress=False)
+    second = optimized.candidates(4)[1].program
+
+    def build_one_wrong(program: LoopProgram) -> Kernel:
+        return build(wrong.program, wrong) if program == second else build(program, optimized)
+
+    timer = fake_timer({0: 3, 1: 1, 2: 2, 3: 4})  # the wrong one would be the fastest
+    kernel = autotune.fastest(optimized, 4, build_one_wrong, progress=False, timer=timer)
+    assert "2/4: discarded, output differs from the model's pick" in kernel.explain()
+    assert "candidate 3/4 is the fastest" in kernel.explain()
+
+
+def test_progress_is_one_line_per_candidate(
+    optimized: Optimized, capsys: pytest.CaptureFixture[str]
+) -> None:
+    timer = fake_timer({0: 3e-3, 1: 4e-3, 2: 1e-3, 3: 5e-3})
+    autotune.fastest(optimized, 4, Counted(optimized), timer=timer)
+    lines = capsys.readouterr().err.splitlines()
+    assert [PROGRESS_LINE.match(line) is not None for line in lines] == [True] * 4
+    assert lines[1].startswith("autotune 2/4: 4.000 ms") and lines[1].endswith("3.000 ms")
+    assert lines[3].startswith("autotune 4/4: 5.000 ms") and lines[3].endswith("1.000 ms")
+    autotune.fastest(optimized, 4, Counted(optimized), progress=False, timer=never_called)
+    forget_choices(cache_dir())
+    autotune.fastest(optimized, 4, Counted(optimized), progress=False, timer=timer)
+    assert capsys.readouterr().err == ""
+
+
+def test_autotuned_compile_matches_numpy() -> None:
+    x = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)
+    kernel = eqsat.compile(eqsat.softmax(eqsat.tensor("x", SHAPE)), autotune=3, progress=False)
+    e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(kernel(x), e / e.sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-4)
+    assert "autotuned: candidate" in kernel.explain()
+
+
+def test_autotune_needs_a_candidate(optimized: Optimized) -> None:
+    with pytest.raises(ValueError, match="at least one candidate"):
+        autotune.fastest(optimized, 0, Counted(optimized))
