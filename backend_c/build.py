@@ -28,9 +28,19 @@ import cffi
 from eqsat.errors import CompileError
 
 # Bump when the emitted code or the build changes in a way the other key parts do not capture.
-CODEGEN_VERSION = 1
+CODEGEN_VERSION = 2
 
-BASE_FLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-fno-math-errno", "-fopenmp")
+# -fno-tree-vectorize: the schedule is what runs. The e-graph chooses which loops are Vector
+# loops; gcc vectorizing others behind the cost model's back made two nests of one predicted
+# cost run 7x apart, and the model cannot rank what it does not see.
+BASE_FLAGS = (
+    "-O3", "-std=c11", "-fPIC", "-shared", "-fno-math-errno", "-fno-tree-vectorize", "-fopenmp"
+)
+
+# OpenMP threads that wait by spinning lose whole scheduler ticks (4 ms) on a shared machine
+# when another process holds a core: every parallel kernel then took 8-16 ms, whatever its size.
+# Set before libgomp loads with the first kernel; a value the user set is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # Loading a library built with these turns on flush-to-zero for the whole Python process.
 FORBIDDEN_FLAGS = frozenset({"-ffast-math", "-Ofast", "-funsafe-math-optimizations"})
