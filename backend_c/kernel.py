@@ -8,6 +8,7 @@ a fresh 64 MB array costs ~6 ms of page faults here, as much as streaming it fro
 
 from __future__ import annotations
 
+import copy
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -130,6 +131,12 @@ class Kernel:
     def explain(self) -> str:
         """Return the optimizer's account of how this kernel was chosen."""
         return self._explanation
+
+    def with_note(self, note: str) -> Kernel:
+        """This kernel (same library, same outputs pool) whose `explain()` ends with `note`."""
+        noted = copy.copy(self)
+        noted._explanation = f"{self._explanation}\n{note}"
+        return noted
 
     def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         """Run the kernel on new output arrays (or unreferenced ones of an earlier call,

@@ -19,7 +19,6 @@ This module sits below the public API (`eqsat.api` imports it, never the reverse
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
@@ -99,10 +98,10 @@ def fastest(
     if remembered is not None:
         winner, note = remembered
         say(f"autotune: remembered candidate {winner + 1}/{len(candidates)} ({path.name})")
-        return _with_note(build(candidates[winner].program), f"{note}\n(remembered in {path})")
+        return build(candidates[winner].program).with_note(f"{note}\n(remembered in {path})")
     winner, kernel, note = _tune(candidates, build, timer or _interleaved, say)
     _remember(path, program_digest(candidates[winner].program), note)
-    return _with_note(kernel, note)
+    return kernel.with_note(note)
 
 
 def tuning_key(optimized: Tunable, count: int) -> str:
@@ -193,14 +192,6 @@ def _progress(line: str) -> None:
 
 def _silent(line: str) -> None:
     pass
-
-
-def _with_note(kernel: Kernel, note: str) -> Kernel:
-    """A copy of `kernel` whose `explain()` ends with `note`. (Kernel has no public way to extend
-    its explanation, so this sets the attribute `explain()` returns.)"""
-    explained = copy.copy(kernel)
-    explained._explanation = f"{kernel.explain()}\n{note}"
-    return explained
 
 
 def _remembered(path: Path, candidates: Sequence[TunedCandidate]) -> tuple[int, str] | None:

@@ -272,3 +272,12 @@ def test_large_output_is_reused_only_once_nothing_references_it(
     address = other.ctypes.data
     del other
     assert kernel(x, y).ctypes.data == address  # nothing refers to it any more: written again
+
+
+def test_with_note_extends_the_explanation_and_keeps_the_kernel_callable() -> None:
+    kernel = axpy_kernel()
+    noted = kernel.with_note("autotuned: candidate 3")
+    assert noted.explain() == "explanation text\nautotuned: candidate 3"
+    assert kernel.explain() == "explanation text"
+    x = np.ones(SHAPE, np.float32)
+    np.testing.assert_array_equal(noted(x, x), kernel(x, x))
