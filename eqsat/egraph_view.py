@@ -336,7 +336,7 @@ class _Layout:
         }
         self.boxes = {cid: self._class_box(cid, depth) for cid, depth in shown.items()}
         for cid, count in hidden.items():
-            width = _text_width(_more_text(count)) + 2 * NODE_PAD
+            width = text_width(_more_text(count)) + 2 * NODE_PAD
             self.boxes[MORE + cid] = _Box(MORE + cid, shown[cid] + 1, width, NODE_HEIGHT, count)
         self.edges = self._edges(shown, values)
         self._place(self._order())
@@ -344,7 +344,7 @@ class _Layout:
 
     def _class_box(self, cid: str, depth: int) -> _Box:
         rows = _rows([_label_width(label) for label in self.labels[cid]])
-        inner = max([_row_width(row) for row in rows] + [_text_width(self._header(cid))])
+        inner = max([_row_width(row) for row in rows] + [text_width(self._header(cid))])
         height = CLASS_HEADER + len(rows) * (NODE_HEIGHT + NODE_GAP) - NODE_GAP + CLASS_PAD
         return _Box(cid, depth, inner + 2 * CLASS_PAD, height)
 
@@ -421,15 +421,15 @@ class _Layout:
     # ------------------------------------------------------------ drawing
 
     def render(self, title: str) -> str:
-        width = max(self.width, _text_width(title) * (FONT_SIZE + 1) / FONT_SIZE + 2 * MARGIN)
+        width = max(self.width, text_width(title) * (FONT_SIZE + 1) / FONT_SIZE + 2 * MARGIN)
         parts = [
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="{_num(width)}" '
-            f'height="{_num(self.height)}" viewBox="0 0 {_num(width)} {_num(self.height)}" '
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{px(width)}" '
+            f'height="{px(self.height)}" viewBox="0 0 {px(width)} {px(self.height)}" '
             f'font-family="monospace" font-size="{FONT_SIZE}">',
-            f"<title>{_escape(title)}</title>",
+            f"<title>{escape(title)}</title>",
             '<rect width="100%" height="100%" fill="#ffffff"/>',
             f'<text class="caption" x="{MARGIN}" y="{MARGIN + FONT_SIZE}" '
-            f'font-size="{FONT_SIZE + 1}">{_escape(title)}</text>',
+            f'font-size="{FONT_SIZE + 1}">{escape(title)}</text>',
         ]
         parts += [self._edge_svg(edge) for edge in self.edges if not edge.chosen]
         parts += [self._edge_svg(edge) for edge in self.edges if edge.chosen]  # over the rest
@@ -440,11 +440,11 @@ class _Layout:
 
     def _class_svg(self, box: _Box) -> str:
         parts = [
-            f'<g class="eclass" data-eclass="{_escape(box.key)}">',
-            f'<rect x="{_num(box.x)}" y="{_num(box.y)}" width="{_num(box.width)}" '
-            f'height="{_num(box.height)}" rx="8" fill="#f4f6fa" fill-opacity="0.6" '
+            f'<g class="eclass" data-eclass="{escape(box.key)}">',
+            f'<rect x="{px(box.x)}" y="{px(box.y)}" width="{px(box.width)}" '
+            f'height="{px(box.height)}" rx="8" fill="#f4f6fa" fill-opacity="0.6" '
             f'stroke="#7a869a" stroke-dasharray="5 3"/>',
-            _text(
+            svg_text(
                 self._header(box.key),
                 box.x + CLASS_PAD,
                 box.y + CLASS_HEADER - 4,
@@ -458,8 +458,8 @@ class _Layout:
         ):
             chosen = node.key in self.highlighted
             parts.append(
-                f'<g class="enode{" chosen" if chosen else ""}" data-enode="{_escape(node.key)}">'
-                f'<rect x="{_num(x)}" y="{_num(y)}" width="{_num(_label_width(label))}" '
+                f'<g class="enode{" chosen" if chosen else ""}" data-enode="{escape(node.key)}">'
+                f'<rect x="{px(x)}" y="{px(y)}" width="{px(_label_width(label))}" '
                 f'height="{NODE_HEIGHT}" rx="3" fill="{CHOSEN_FILL if chosen else NODE_FILL}" '
                 f'stroke="#333333"/>{_label_svg(label, x, y)}</g>'
             )
@@ -467,11 +467,11 @@ class _Layout:
 
     def _more_svg(self, box: _Box) -> str:
         return (
-            f'<g class="more" data-parent="{_escape(box.key.removeprefix(MORE))}" '
-            f'data-hidden="{box.more}"><rect x="{_num(box.x)}" y="{_num(box.y)}" '
-            f'width="{_num(box.width)}" height="{NODE_HEIGHT}" rx="8" fill="#eeeeee" '
+            f'<g class="more" data-parent="{escape(box.key.removeprefix(MORE))}" '
+            f'data-hidden="{box.more}"><rect x="{px(box.x)}" y="{px(box.y)}" '
+            f'width="{px(box.width)}" height="{NODE_HEIGHT}" rx="8" fill="#eeeeee" '
             f'stroke="#999999" stroke-dasharray="2 2"/>'
-            + _text(_more_text(box.more), box.x + box.width / 2, box.y + NODE_HEIGHT / 2 + 4)
+            + svg_text(_more_text(box.more), box.x + box.width / 2, box.y + NODE_HEIGHT / 2 + 4)
             + "</g>"
         )
 
@@ -540,14 +540,16 @@ def _label_svg(label: tuple[str, str], x: float, y: float) -> str:
     centre = x + _label_width(label) / 2
     first, second = label
     if not second:
-        return _text(first, centre, y + NODE_HEIGHT / 2 + 4)
-    return _text(first, centre, y + 13) + _text(second, centre, y + 26, "#555555")
+        return svg_text(first, centre, y + NODE_HEIGHT / 2 + 4)
+    return svg_text(first, centre, y + 13) + svg_text(second, centre, y + 26, "#555555")
 
 
-def _text(text: str, x: float, y: float, colour: str = "#111111", anchor: str = "middle") -> str:
+def svg_text(text: str, x: float, y: float, colour: str = "#111111", anchor: str = "middle") -> str:
+    """A <text> element at (x, y), escaped (shared with eqsat.plot, like `escape`, `px` and
+    `text_width`)."""
     return (
-        f'<text x="{_num(x)}" y="{_num(y)}" text-anchor="{anchor}" fill="{colour}">'
-        f"{_escape(text)}</text>"
+        f'<text x="{px(x)}" y="{px(y)}" text-anchor="{anchor}" fill="{colour}">'
+        f"{escape(text)}</text>"
     )
 
 
@@ -571,10 +573,11 @@ def _row_width(row: list[float], gap: float = NODE_GAP) -> float:
 
 
 def _label_width(label: tuple[str, str]) -> float:
-    return max(_text_width(line) for line in label) + 2 * NODE_PAD
+    return max(text_width(line) for line in label) + 2 * NODE_PAD
 
 
-def _text_width(text: str) -> float:
+def text_width(text: str) -> float:
+    """Pixels `text` takes at FONT_SIZE."""
     return len(text) * CHAR_WIDTH
 
 
@@ -586,13 +589,13 @@ def _shorten(text: str, limit: int = MAX_LABEL_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _escape(text: str) -> str:
+def escape(text: str) -> str:
     return html.escape(text, quote=True)
 
 
 def _point(point: tuple[float, float]) -> str:
-    return f"{_num(point[0])},{_num(point[1])}"
+    return f"{px(point[0])},{px(point[1])}"
 
 
-def _num(value: float) -> str:
+def px(value: float) -> str:
     return str(round(value))  # whole pixels: smaller files, and fast
