@@ -32,6 +32,7 @@ from rewrites.algebra import algebra_rules
 from rewrites.algebra_facts import algebra_facts
 from rewrites.contraction import contract_temporaries
 from rewrites.lowering import lower
+from rewrites.rule import Identity
 from rewrites.schedule import ROOT, schedule
 
 SYMBOL = "eqsat_kernel"
@@ -184,7 +185,7 @@ def _outputs(outputs: Tensor | Sequence[Tensor]) -> tuple[list[Tensor], bool]:
 
 
 def _optimize_algebra(
-    roots: list[Term], limits: Limits, progress: Progress
+    roots: list[Term], limits: Limits, progress: Progress, extra_rules: Sequence[Identity]
 ) -> tuple[list[list[Term]], SaturationReport, SerializedGraph]:
     """The algebraic forms worth scheduling, cheapest first, and the stage's report.
 
@@ -196,7 +197,12 @@ def _optimize_algebra(
     for k, root in enumerate(roots):
         egraph.let(f"root{k}", to_egglog(root))
     report = saturate(
-        egraph, algebra_rules(), limits, "algebra", facts=algebra_facts, progress=progress.iteration
+        egraph,
+        algebra_rules(extra_rules),
+        limits,
+        "algebra",
+        facts=algebra_facts,
+        progress=progress.iteration,
     )
     graph = SerializedGraph(egraph)
     cost = TensorCost()
@@ -256,9 +262,12 @@ def optimize(
     limits: Limits | None = None,
     machine: Machine | None = None,
     progress: bool = True,
+    extra_rules: Sequence[Identity] = (),
 ) -> Optimized:
     """Choose the algebraic form and the loop nest of `outputs` (no C is built).
 
+    `extra_rules` are identities of your own (`rewrites.rule.Identity`; check them first with
+    `rewrites.soundness.check_identity`) that stage 1 runs with the built-in ones.
     With `progress`, a stage that runs for seconds reports each round on stderr
     (`eqsat.progress`)."""
     tensors, _ = _outputs(outputs)
@@ -268,7 +277,7 @@ def optimize(
     original = [to_term(t.expr) for t in tensors]
     assert all(isinstance(t, Term) for t in original)
     forms, algebra_report, algebra_graph = _optimize_algebra(
-        original, limits, reporter  # type: ignore[arg-type]
+        original, limits, reporter, extra_rules  # type: ignore[arg-type]
     )
     scheduled: list[_Scheduled] = []
     for form in forms:
@@ -303,19 +312,22 @@ def compile(  # noqa: A001 - the public name is part of the stable API (DESIGN Â
     isa: str | None = None,
     autotune: bool | int = False,
     progress: bool = True,
+    extra_rules: Sequence[Identity] = (),
 ) -> Kernel:
     """Optimize `outputs` and build a C kernel for them.
 
     `isa` forces "avx512", "avx2" or "scalar" (default: the best this machine runs). A list of
     outputs gives a kernel that returns a tuple. `autotune=True` (or a number of candidates)
     compiles and times the cost model's best candidates and keeps the fastest, remembered in the
-    compile cache (`eqsat.autotune`); `progress` as in `optimize`. Raises CompileError if the C
-    compiler fails."""
+    compile cache (`eqsat.autotune`); `progress` and `extra_rules` as in `optimize`. Raises
+    CompileError if the C compiler fails."""
     _, returns_tuple = _outputs(outputs)
     machine = machine or host()
     if isa is not None:
         machine = machine.with_isa(isa)
-    best = optimize(outputs, limits=limits, machine=machine, progress=progress)
+    best = optimize(
+        outputs, limits=limits, machine=machine, progress=progress, extra_rules=extra_rules
+    )
     if autotune:
         count = DEFAULT_CANDIDATES if autotune is True else int(autotune)
         return fastest(

@@ -13,6 +13,8 @@ then one round of `algebra_rules()`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from egglog import Ruleset, ruleset
 
 from rewrites import algebra_elementwise, algebra_layout, algebra_matmul, algebra_reduce
@@ -26,9 +28,14 @@ IDENTITIES: tuple[Identity, ...] = (
 )
 
 
-def algebra_rules() -> Ruleset:
-    """The rewrites of stage 1; the driver runs `algebra_facts` to saturation before each round
+def algebra_rules(extra: Sequence[Identity] = ()) -> Ruleset:
+    """The rewrites of stage 1, plus `extra` identities (a user's own, with names distinct from
+    the built-in ones); the driver runs `algebra_facts` to saturation before each round
     (`saturate(egraph, algebra_rules(), limits, "algebra", facts=algebra_facts)`)."""
+    taken = {identity.name for identity in IDENTITIES}
+    clashes = sorted(identity.name for identity in extra if identity.name in taken)
+    if clashes:
+        raise ValueError(f"rule names already used by built-in rules: {clashes}")
     rules = ruleset(name="algebra")
-    rules.register(*(identity.egglog_rule() for identity in IDENTITIES))
+    rules.register(*(identity.egglog_rule() for identity in (*IDENTITIES, *extra)))
     return rules

@@ -181,3 +181,23 @@ def test_optimized_draws_both_e_graphs_with_the_choice_highlighted() -> None:
     assert loops.shown_classes == 12 < loops.total_classes
     with pytest.raises(ValueError, match="unknown stage"):
         best.draw("lowering")
+
+
+def test_extra_rules_reach_stage_one_and_may_not_reuse_a_built_in_name() -> None:
+    from eqsat.terms import TExpr
+    from rewrites.algebra import IDENTITIES
+    from rewrites.rule import Identity
+
+    x = eqsat.tensor("x", (8,))
+    double = Identity(
+        "mine-add-self",
+        "x + x -> x * 2",
+        {"x": TExpr},
+        lambda x: TExpr.binary("add", x, x),
+        lambda x: TExpr.binary("mul", x, TExpr.const(2.0)),
+    )
+    best = eqsat.optimize(x + x, extra_rules=[double], progress=False)
+    assert best.stages[0].matches["mine-add-self"] == 1
+    clash = Identity(IDENTITIES[0].name, "x -> x", {"x": TExpr}, lambda x: x, lambda x: x)
+    with pytest.raises(ValueError, match="already used by built-in rules"):
+        eqsat.optimize(x + x, extra_rules=[clash])
