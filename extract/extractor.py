@@ -1,21 +1,33 @@
-"""Deterministic bottom-up extraction over egglog's serialized e-graph.
+"""Deterministic bottom-up extraction over egglog's e-graph.
 
-egglog's Python `cost_model=` callback is ~100x slower than reading the e-graph once as JSON and
-choosing in Python. A node's cost is a function of its op and its children's chosen terms and
-costs (`NodeCost`); the cheapest node per e-class wins, ties broken by the node's id, so the same
-e-graph always gives the same program. Only term constructors are chosen: analysis functions
-that egglog stores in the same e-classes are skipped.
+egglog's Python `cost_model=` callback is ~100x slower than reading the e-graph once and choosing
+in Python. The graph is read from egglog's tables, as its JSON serialization has it (`_read`);
+only term constructors are kept: analysis functions that egglog stores in the same e-classes are
+skipped. A node's cost is a function of its op and its children's chosen terms and costs
+(`NodeCost`).
+
+`SerializedGraph.extract_top` is a worklist over e-classes in serialization order: each keeps
+its `n` cheapest candidates, ties broken by node id, then by the order they were found, so the
+same e-graph always gives the same program. An e-class is revisited when a child's candidates
+change, and then only the nodes above that child are priced, each only for the combinations of
+its children's candidates it has not priced before: a candidate once pushed out of an e-class's
+best can never come back, so this chooses exactly what pricing every combination on every
+visit did (tests/test_extractor.py holds that definition). A deadline stops the refinement
+early; the result is still a term of the root e-class, marked incomplete.
 """
 
 from __future__ import annotations
 
+import gc
 import itertools
-import json
 import random
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from time import monotonic
+from typing import Any, NamedTuple, overload
 
 from egglog import EGraph
 
@@ -32,38 +44,51 @@ class _Node:
     literal: Any  # parsed value of a primitive node, else None
 
 
+class _Candidate(NamedTuple):
+    """A term of an e-class. Tuples order by cost, then by node id (a stable tie-break), then
+    by `serial`, the order in which candidates were made: the earlier of two equal candidates
+    stays ahead, as a stable sort would keep it."""
+
+    cost: float
+    key: str  # the e-node's id
+    serial: int
+    term: Arg
+
+
+@dataclass(frozen=True)
+class Extraction(Sequence[tuple[Term, float]]):
+    """The terms `extract_top` found, cheapest first, as (term, cost) pairs.
+
+    `complete` is False when the deadline stopped the worklist before it settled: the terms are
+    the best found by then (the first may come from the fallback of `extract_top`)."""
+
+    ranked: tuple[tuple[Term, float], ...]
+    complete: bool
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[Term, float]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[Term, float]]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        return self.ranked[index]
+
+    def __len__(self) -> int:
+        return len(self.ranked)
+
+    def __iter__(self) -> Iterator[tuple[Term, float]]:
+        return iter(self.ranked)
+
+
 class SerializedGraph:
-    """The constructor nodes of an e-graph, grouped by e-class."""
+    """The constructor nodes of an e-graph, grouped by e-class, and its let names.
+
+    `classes` maps e-class ids to their nodes, both in the order of egglog's serialization (see
+    `_read`); extraction works on the same graph numbered densely (e-class i, node v)."""
 
     def __init__(self, egraph: EGraph) -> None:
-        data = json.loads(egraph._serialize(split_primitive_outputs=False).to_json())
-        raw = data["nodes"]
-        types = {cid: info.get("type", "") for cid, info in data.get("class_data", {}).items()}
-        self.lets = {
-            info["let"].lstrip("$"): cid
-            for cid, info in data.get("class_data", {}).items()
-            if "let" in info
-        }
-        self.classes: dict[str, list[_Node]] = {}
-        for key, node in raw.items():
-            op, eclass = node["op"], node["eclass"]
-            children = tuple(raw[c]["eclass"] for c in node["children"])
-            if key.startswith("primitive-"):
-                parsed = _parse_literal(op, types.get(eclass, ""))
-                entry = _Node(key, "Vec" if op == "Vec" else "literal", children, parsed)
-            elif op in CONSTRUCTORS:
-                entry = _Node(key, op, children, None)
-            else:
-                continue  # an analysis function's node
-            self.classes.setdefault(eclass, []).append(entry)
-
-        parents: dict[str, set[str]] = {}
-        for eclass, nodes in self.classes.items():
-            for node in nodes:
-                for child in node.children:
-                    parents.setdefault(child, set()).add(eclass)
-        # sorted, so that the extractor visits e-classes in the same order on every run
-        self.parents = {child: sorted(users) for child, users in parents.items()}
+        self.classes, self.lets = _read(egraph)
 
     @property
     def size(self) -> int:
@@ -76,33 +101,33 @@ class SerializedGraph:
         """Cheapest term of e-class `root` under `node_cost` (must grow with child costs)."""
         return self.extract_top(root, node_cost, 1)[0]
 
-    def extract_top(self, root: str, node_cost: NodeCost, n: int) -> list[tuple[Term, float]]:
+    def extract_top(
+        self, root: str, node_cost: NodeCost, n: int, deadline: float | None = None
+    ) -> Extraction:
         """Up to `n` distinct cheapest terms of e-class `root`, cheapest first.
 
         Every e-class keeps its `n` best candidates and a node is priced for every combination
         of its children's candidates, so a child that is not the cheapest on its own but makes
-        its parent cheaper (a cost that is not a sum, like a roofline) is still found."""
-        best: dict[str, list[_Candidate]] = {}
-        priced: dict[tuple[str, tuple[Arg, ...]], _Candidate] = {}
-        pending = deque(self.classes)  # a worklist: an e-class is redone when a child improves
-        queued = set(pending)
-        while pending:
-            eclass = pending.popleft()
-            queued.discard(eclass)
-            found = {c.term: c for c in best.get(eclass, [])}
-            for node in self.classes[eclass]:
-                for candidate in self._candidates(node, best, node_cost, priced):
-                    found.setdefault(candidate.term, candidate)
-            ranked = sorted(found.values(), key=lambda c: (c.cost, c.key))[:n]
-            if ranked != best.get(eclass):
-                best[eclass] = ranked
-                for parent in self.parents.get(eclass, ()):
-                    if parent not in queued:
-                        queued.add(parent)
-                        pending.append(parent)
-        if root not in best:
-            raise ValueError(f"e-class {root} has no finite term")
-        return [(c.term, c.cost) for c in best[root]]  # type: ignore[misc]
+        its parent cheaper (a cost that is not a sum, like a roofline) is still found.
+
+        It requires: `root` is an e-class of this graph with a finite term. `deadline`, a
+        `time.monotonic()` value, stops the worklist once passed (checked before each e-class
+        is visited, so one e-class's pricing may overrun it): the result then holds the root's
+        candidates found so far, or, if there are none yet, one term completed from the best
+        candidates of the e-classes below it (`_Worklist.completed`), and `complete` is False.
+        """
+        with _collector_paused():
+            index = self._index
+            run = _Worklist(index, node_cost, n)
+            complete = run.settle(deadline)
+            position = index.position[root]
+            ranked = run.best[position]
+            if not ranked:
+                if complete:
+                    raise ValueError(f"e-class {root} has no finite term")
+                ranked = [run.completed(position)]
+            del run  # before the collector is back: it would walk the worklist's state
+        return Extraction(tuple((c.term, c.cost) for c in ranked), complete)  # type: ignore[misc]
 
     def extract_random(self, root: str, rng: random.Random) -> Term:
         """Some term of e-class `root`, chosen by random node weights (for soundness tests)."""
@@ -115,47 +140,281 @@ class SerializedGraph:
 
         return self.extract(root, cost)[0]
 
-    @staticmethod
-    def _candidates(
-        node: _Node,
-        best: dict[str, list[_Candidate]],
-        node_cost: NodeCost,
-        priced: dict[tuple[str, tuple[Arg, ...]], _Candidate],
-    ) -> list[_Candidate]:
-        """The node priced with every combination of its children's candidates (each
-        combination once: `priced` remembers them across visits of the worklist)."""
+    @cached_property
+    def _index(self) -> _Index:
+        return _Index(self.classes)
+
+
+class _Index:
+    """`SerializedGraph.classes` numbered densely: e-class i is the i-th key of `classes`, node
+    v the v-th node met walking them in order (so a class's nodes have increasing numbers)."""
+
+    def __init__(self, classes: dict[str, list[_Node]]) -> None:
+        self.ids = ids = list(classes)
+        self.position = {cid: i for i, cid in enumerate(ids)}
+        self.nodes = [node for cid in ids for node in classes[cid]]
+        self.node_class = [i for i, cid in enumerate(ids) for _ in classes[cid]]
+        self.class_nodes: list[range] = []
+        for cid in ids:
+            start = self.class_nodes[-1].stop if self.class_nodes else 0
+            self.class_nodes.append(range(start, start + len(classes[cid])))
+        self.children = [tuple(map(self.position.__getitem__, n.children)) for n in self.nodes]
+        # (e-class, node) of the nodes with e-class i among their children
+        self.parent_nodes: list[list[tuple[int, int]]] = [[] for _ in ids]
+        for v, kids in enumerate(self.children):
+            for child in dict.fromkeys(kids):
+                self.parent_nodes[child].append((self.node_class[v], v))
+        # The e-classes to revisit when a child changes, in e-class id order (as the worklist
+        # has always queued them: the order decides which of two equal candidates is met first).
+        self.parent_classes = [
+            [users[0][0]] if len(users) == 1 else sorted({c for c, _ in users}, key=ids.__getitem__)
+            for users in self.parent_nodes
+        ]
+
+
+class _Worklist:
+    """One extraction's state: the best candidates per e-class so far (None: not visited yet;
+    [] after a visit that found none)."""
+
+    def __init__(self, index: _Index, node_cost: NodeCost, n: int) -> None:
+        self.index = index
+        self.nodes, self.children = index.nodes, index.children
+        self.node_cost = node_cost
+        self.n = n
+        self.best: list[list[_Candidate] | None] = [None] * len(index.class_nodes)
+        self.serial = 0  # candidates made so far
+        # Per node: `serial` when its e-class last priced it (-1: never). A combination of its
+        # children's candidates all made before then was priced then.
+        self.priced_at = [-1] * len(index.nodes)
+
+    def settle(self, deadline: float | None) -> bool:
+        """Visit e-classes until no candidate changes (True) or `deadline` passes (False).
+
+        The first visit of an e-class prices all its nodes, a later one only the nodes marked
+        when the candidates of one of their children changed (no other node has anything new
+        to price)."""
+        best, n, price_new = self.best, self.n, self.price_new
+        class_nodes = self.index.class_nodes
+        parent_classes, parent_nodes = self.index.parent_classes, self.index.parent_nodes
+        pending = deque(range(len(class_nodes)))
+        queued = [True] * len(pending)
+        marked: dict[int, set[int]] = {}
+        while pending:
+            if deadline is not None and monotonic() >= deadline:
+                return False
+            eclass = pending.popleft()
+            queued[eclass] = False
+            old = best[eclass]
+            start = self.serial
+            made: list[_Candidate] = []
+            for v in class_nodes[eclass] if old is None else sorted(marked.pop(eclass, ())):
+                made += price_new(v, start)
+            if old is not None and not made:
+                continue
+            ranked = sorted(made if old is None else old + made)[:n]
+            if ranked == old:
+                continue
+            best[eclass] = ranked  # the first visit sets it, even to no candidates
+            for parent in parent_classes[eclass]:
+                if not queued[parent]:
+                    queued[parent] = True
+                    pending.append(parent)
+            # A child with no candidates gives its parents nothing to price yet.
+            for owner, v in parent_nodes[eclass] if ranked else ():
+                if best[owner] is not None:  # else its first visit prices every node
+                    if owner in marked:
+                        marked[owner].add(v)
+                    else:
+                        marked[owner] = {v}
+        return True
+
+    def price_new(self, v: int, start: int) -> Sequence[_Candidate]:
+        """Node `v` priced with each combination of its children's candidates that it has not
+        priced before (none while a child was never visited). `start`: `serial` when this
+        visit of its e-class began, before which every candidate of its children was made."""
+        since = self.priced_at[v]
+        node = self.nodes[v]
         if node.op == "literal":
-            return [_Candidate(0.0, node.key, node.literal)]
-        if any(child not in best for child in node.children):
-            return []
-        result = []
-        for choice in itertools.product(*(best[child] for child in node.children)):
-            terms = tuple(c.term for c in choice)
-            memo_key = (node.key, terms)
-            if memo_key not in priced:
-                costs = [c.cost for c in choice]
-                if node.op == "Vec":
-                    priced[memo_key] = _Candidate(sum(costs), node.key, terms)
+            if since >= 0:
+                return ()
+            self.priced_at[v] = start
+            return (self.candidate(node, 0.0, node.literal),)
+        options = list(map(self.best.__getitem__, self.children[v]))
+        if None in options:
+            return ()
+        self.priced_at[v] = start
+        combinations = itertools.product(*options)  # type: ignore[arg-type]
+        if since < 0:
+            return [self.price(node, choice) for choice in combinations]
+        return [
+            self.price(node, choice)
+            for choice in combinations
+            if any(c.serial >= since for c in choice)
+        ]
+
+    def price(self, node: _Node, choice: Sequence[_Candidate]) -> _Candidate:
+        """`node` with the children's candidates `choice`."""
+        terms = tuple([c.term for c in choice])
+        costs = [c.cost for c in choice]
+        if node.op == "Vec":
+            cost = sum(costs)
+            term: Arg = terms
+        else:
+            cost = self.node_cost(node.op, terms, costs)
+            term = Term(node.op, terms)
+        return self.candidate(node, cost, term)
+
+    def candidate(self, node: _Node, cost: float, term: Arg) -> _Candidate:
+        self.serial += 1
+        return _Candidate(cost, node.key, self.serial - 1, term)
+
+    def completed(self, root: int) -> _Candidate:
+        """A term of e-class `root` when the worklist stopped before reaching it: e-classes with
+        candidates give their best; each other e-class below the root takes the first of its
+        nodes whose children all have a term, found bottom-up (linear in that part of the
+        graph, and only the returned term's nodes are priced)."""
+        index, best = self.index, self.best
+        missing: dict[int, None] = {}
+        stack = [root]
+        while stack:
+            eclass = stack.pop()
+            if eclass not in missing and not best[eclass]:
+                missing[eclass] = None
+                stack.extend(k for v in index.class_nodes[eclass] for k in index.children[v])
+        waiting = {
+            v: len({k for k in index.children[v] if k in missing})
+            for eclass in missing
+            for v in index.class_nodes[eclass]
+        }
+        ready = deque(v for v, count in waiting.items() if count == 0)
+        chosen: dict[int, int] = {}
+        while ready:
+            v = ready.popleft()
+            eclass = index.node_class[v]
+            if eclass in chosen:
+                continue
+            chosen[eclass] = v
+            for _, parent in index.parent_nodes[eclass]:
+                if parent in waiting:
+                    waiting[parent] -= 1
+                    if waiting[parent] == 0:
+                        ready.append(parent)
+        if root not in chosen:
+            raise ValueError(f"e-class {index.ids[root]} has no finite term")
+        made: dict[int, _Candidate] = {}
+
+        def term_of(eclass: int) -> _Candidate:
+            ranked = best[eclass]
+            if ranked:
+                return ranked[0]
+            if eclass not in made:
+                v = chosen[eclass]
+                node = index.nodes[v]
+                if node.op == "literal":
+                    made[eclass] = self.candidate(node, 0.0, node.literal)
                 else:
-                    term = Term(node.op, terms)
-                    cost = node_cost(node.op, terms, costs)
-                    priced[memo_key] = _Candidate(cost, node.key, term)
-            result.append(priced[memo_key])
-        return result
+                    made[eclass] = self.price(node, [term_of(k) for k in index.children[v]])
+            return made[eclass]
+
+        return term_of(root)
 
 
-@dataclass(frozen=True)
-class _Candidate:
-    cost: float
-    key: str  # the e-node's id: ties are broken by it, so extraction is deterministic
-    term: Arg
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector off for the block. Extraction makes millions of small acyclic
+    objects (terms, candidates, estimates), and each of the collector's passes would walk all
+    of them again: with it on, extraction takes ~1.5-3x as long."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
-def _parse_literal(op: str, type_name: str) -> Any:
-    if type_name.startswith("i64"):
-        return int(op)
-    if type_name.startswith("f64"):
-        return float(op)
-    if type_name.startswith("String"):
-        return json.loads(op)
-    return None  # a Vec: its value is built from its children
+# How to read a value of each literal sort (egglog's base sorts that terms use).
+_LITERALS: dict[str, Callable[[Any, Any], Any]] = {
+    "i64": lambda tables, value: tables.value_to_i64(value),
+    "f64": lambda tables, value: tables.value_to_f64(value),
+    "String": lambda tables, value: tables.value_to_string(value),
+    "bool": lambda tables, value: tables.value_to_bool(value),
+}
+_CONTAINERS = ("egglog.builtins.Vec[", "egglog.builtins.Set[")
+
+
+def _read(egraph: EGraph) -> tuple[dict[str, list[_Node]], dict[str, str]]:
+    """The constructor nodes of `egraph` by e-class, and its let names (without "$").
+
+    This is the graph of `egraph._serialize(split_primitive_outputs=False)` without its
+    analysis nodes, read from egglog's tables (`EGraph.freeze`) instead of the JSON, which is
+    ~6x slower: a large e-graph has more analysis rows than terms. It reproduces the JSON's
+    node ids (`function-{row}-{function}`), e-class ids (`{sort}-{id}`) and order, on which
+    the extraction's tie-breaks and worklist order depend: functions in table order, each row's
+    literal values (output, then inputs; a container's items before it) added when first met,
+    then the row's node. A literal's node has op "literal" and its value in `literal`; a Vec's
+    node has op "Vec" and its items as children. (egglog numbers an i64 outside [0, 2**31) by
+    an internal index; its e-class id here holds the value instead, which is just as unique.)
+    """
+    tables = egraph._egraph
+    python_names = egraph._state.op_mapping()
+    classes: dict[str, list[_Node]] = {}
+    lets: dict[str, str] = {}
+
+    def class_id(sort: str, value: Any) -> str:
+        return f"{sort}-{tables.value_to_i64(value)}"  # an e-class's value is its number
+
+    def literal_class(sort: str, value: Any) -> str:
+        """The e-class of a literal value, adding its node when first met."""
+        if "[" not in sort:
+            sort = sort.removeprefix("egglog.builtins.")  # a container's item sort
+        eclass = class_id(sort, value)
+        if eclass in classes:
+            return eclass
+        if sort.startswith(_CONTAINERS):
+            vector = sort.startswith(_CONTAINERS[0])
+            items = (
+                tables.value_to_vec(value)
+                if vector
+                else sorted(tables.value_to_set(value), key=tables.value_to_i64)
+            )
+            item_sort = sort[sort.index("[") + 1 : -1]
+            children = tuple(literal_class(item_sort, item) for item in items)
+            node = _Node(f"primitive-{eclass}", "Vec" if vector else "literal", children, None)
+        else:
+            node = _Node(f"primitive-{eclass}", "literal", (), _LITERALS[sort](tables, value))
+        classes[eclass] = [node]
+        return eclass
+
+    def reader(sort: str) -> Callable[[Any], str]:
+        """The e-class of a value of `sort` in a row."""
+        if _is_literal(sort):
+            return lambda value: literal_class(sort, value)
+        return lambda value: class_id(sort, value)
+
+    for name, table in tables.freeze().functions.items():
+        if table.is_let_binding:  # not a node: its value is not serialized
+            for row in table.rows:
+                lets[name.lstrip("$")] = class_id(table.output_sort, row.output)
+            continue
+        output, inputs = reader(table.output_sort), [reader(s) for s in table.input_sorts]
+        op = python_names.get(name, name)
+        if op in CONSTRUCTORS:
+            for number, row in enumerate(table.rows):
+                eclass = output(row.output)
+                slots = zip(inputs, row.inputs, strict=True)
+                children = tuple([read(value) for read, value in slots])
+                node = _Node(f"function-{number}-{name}", op, children, None)
+                classes.setdefault(eclass, []).append(node)
+        else:  # an analysis function: only the literals among its values are serialized
+            sorts = [table.output_sort, *table.input_sorts]
+            literals = [i for i, sort in enumerate(sorts) if _is_literal(sort)]
+            for row in table.rows if literals else ():
+                values = [row.output, *row.inputs]
+                for i in literals:
+                    literal_class(sorts[i], values[i])
+    return classes, lets
+
+
+def _is_literal(sort: str) -> bool:
+    return sort in _LITERALS or sort.startswith(_CONTAINERS)

@@ -24,8 +24,9 @@ overheads.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from eqsat.loops import (
     RegisterTile,
@@ -56,14 +57,10 @@ FIRST_TOUCH_CYCLES_PER_BYTE = 0.5  # a fresh page: fault + zeroing, ~0.5 us per 
 CACHE_USE = 0.5  # the fraction of a cache a footprint may fill and still hit (conflicts, LRU)
 
 
-@dataclass(frozen=True)
-class Access:
-    """A load or store of `buffer` at `index` inside the loops over `inner` (all below the
-    statement being estimated)."""
-
-    buffer: str
-    index: Term
-    inner: frozenset[Term]
+# The loads and stores below a statement, grouped by the loops they run inside: for each set of
+# loop axes (all below the statement being estimated), the (buffer, index list) pairs accessed
+# inside exactly those loops.
+Accesses = Mapping[frozenset[Term], frozenset[tuple[str, Term]]]
 
 
 @dataclass(frozen=True)
@@ -71,7 +68,6 @@ class Estimate:
     compute: float  # cycles on one core (already shared out inside a Parallel loop)
     traffic: tuple[float, float, float]  # bytes fetched into L1, L2, L3
     overhead: float  # parallel start, page first-touch
-    accesses: frozenset[Access]
     footprint: float  # bytes of distinct cache lines touched
 
     @property
@@ -86,16 +82,31 @@ class Estimate:
         return self.cycles
 
 
+@dataclass(frozen=True)
+class _Statement:
+    """What a parent statement needs of an estimated child: its estimate, and the bytes of the
+    lines each buffer occupies (the footprint is their sum: accesses to one buffer overlap)."""
+
+    estimate: Estimate
+    buffer_bytes: Mapping[str, float]  # shared between statements: never changed
+
+
 class LoopCost:
     """Stage-2 estimate for `machine` and element type `dtype`; call it as a NodeCost.
 
-    Estimates are memoized per statement term for the life of the object (one extraction)."""
+    Estimates are memoized per statement term for the life of the object (one extraction), and
+    so are the footprints they are built from, so pricing a statement whose children were priced
+    before costs only its own level."""
 
     def __init__(self, machine: Machine, dtype: str) -> None:
         self.machine = machine
         self.dtype = dtype
-        self._estimates: dict[Term, Estimate] = {}
+        self._statements: dict[Term, _Statement] = {}
+        self._accesses: dict[Term, Accesses] = {}
         self._access_bytes: dict[tuple[Term, frozenset[Term]], float] = {}
+        self._leaf_pieces: dict[frozenset[Term], tuple[tuple[frozenset[Term], int], ...]] = {}
+        capacities = (machine.l1_bytes, machine.l2_bytes, machine.l3_bytes)
+        self._usable = tuple(capacity * CACHE_USE for capacity in capacities)
 
     def __call__(self, op: str, children: Sequence[Arg], child_costs: Sequence[float]) -> float:
         if not op.startswith("Stmt."):
@@ -111,23 +122,30 @@ class LoopCost:
         return self.machine.lanes(self.dtype)
 
     def estimate(self, statement: Term) -> Estimate:
-        if statement not in self._estimates:
-            self._estimates[statement] = self._estimate(statement)
-        return self._estimates[statement]
+        return self._statement(statement).estimate
 
-    def _estimate(self, statement: Term) -> Estimate:
+    def _statement(self, statement: Term) -> _Statement:
+        known = self._statements.get(statement)
+        if known is None:
+            known = self._statements[statement] = self._estimate(statement)
+        return known
+
+    def _estimate(self, statement: Term) -> _Statement:
         a = statement.args
         match statement.op:
             case "Stmt.store" | "Stmt.accumulate":
                 return self.leaf(statement)
             case "Stmt.seq":
-                first, second = self.estimate(a[0]), self.estimate(a[1])  # type: ignore[arg-type]
-                return self.combine(first.accesses | second.accesses, [first, second], 1, 0.0)
+                first, second = self._statement(a[0]), self._statement(a[1])  # type: ignore[arg-type]
+                sizes = _largest(first.buffer_bytes, second.buffer_bytes)
+                return self.combine(sizes, (first.estimate, second.estimate), 1, 0.0)
             case "Stmt.alloc":
-                body = self.estimate(a[2])  # type: ignore[arg-type]
-                return self.combine(body.accesses, [body], 1, self.first_touch(statement))
+                body = self._statement(a[2])  # type: ignore[arg-type]
+                return self.combine(
+                    body.buffer_bytes, [body.estimate], 1, self.first_touch(statement)
+                )
             case "Stmt.loop":
-                return self.loop(a[0], a[1], a[2])  # type: ignore[arg-type]
+                return self.loop(statement)
         raise ValueError(f"not a statement: {statement.op}")
 
     # ------------------------------------------------------------ statements
@@ -145,9 +163,9 @@ class LoopCost:
             elements //= shape[0]
         return elements * self.item_bytes * FIRST_TOUCH_CYCLES_PER_BYTE
 
-    def leaf(self, statement: Term) -> Estimate:
-        buffer, target, value = statement.args[0], statement.args[1], statement.args[-1]
-        assert isinstance(target, Term) and isinstance(value, Term)
+    def leaf(self, statement: Term) -> _Statement:
+        value = statement.args[-1]
+        assert isinstance(value, Term)
         loads = loads_in(value)
         accumulate = statement.op == "Stmt.accumulate"
         compute = (
@@ -156,39 +174,38 @@ class LoopCost:
             + 1 / STORES_PER_CYCLE
             + _latency(value)
         )
-        accesses = frozenset(
-            [Access(str(buffer), target, frozenset())]
-            + [Access(str(load.args[0]), load.args[1], frozenset()) for load in loads]  # type: ignore[arg-type]
-        )
-        footprint = self.footprint(accesses)
-        return Estimate(compute, (footprint,) * 3, 0.0, accesses, footprint)
+        sizes = self.bytes_per_buffer(self.accesses(statement))
+        footprint = sum(sizes.values())
+        return _Statement(Estimate(compute, (footprint,) * 3, 0.0, footprint), sizes)
 
-    def loop(self, axis: Term, kind: Term, body_term: Term) -> Estimate:
-        body = self.estimate(body_term)
-        accesses = frozenset(
-            Access(x.buffer, x.index, x.inner | {axis}) for x in body.accesses
-        )
+    def loop(self, statement: Term) -> _Statement:
+        axis, kind, body_term = statement.args
+        assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body_term, Term)
+        body = self._statement(body_term)
+        sizes = self.bytes_per_buffer(self.accesses(statement))
         trips = axis_extent(axis)
-        tile = register_tile(axis, body_term, self.machine.isa, self.lanes)
-        if kind.op == "LoopKind.serial" and tile is not None:
-            return self.register_tile(axis, tile, body, accesses)
-        per_trip = body.compute + (0.0 if kind.op == "LoopKind.unroll" else LOOP_OVERHEAD)
+        if kind.op == "LoopKind.serial":
+            tile = register_tile(axis, body_term, self.machine.isa, self.lanes)
+            if tile is not None:
+                return self.register_tile(axis, tile, body.estimate, sizes)
+        per_trip = body.estimate.compute + (0.0 if kind.op == "LoopKind.unroll" else LOOP_OVERHEAD)
         vector = kind.op == "LoopKind.vector" and self.machine.isa != "scalar"
         if vector and vectorizable(axis, body_term):
             trips = math.ceil(trips / self.lanes)
             per_trip -= self.horizontal_saving(axis, body_term)
-        estimate = self.combine(accesses, [body], trips, 0.0, per_trip * trips)
+        loop = self.combine(sizes, [body.estimate], trips, 0.0, per_trip * trips)
         if kind.op != "LoopKind.parallel":
-            return estimate
+            return loop
         cores = self.machine.cores
+        estimate = loop.estimate
         l1, l2, l3 = estimate.traffic
-        return Estimate(
+        parallel = Estimate(
             estimate.compute / cores,
             (l1 / cores, l2 / cores, l3 / min(cores, DRAM_SCALING)),
             estimate.overhead / cores + PARALLEL_START,
-            estimate.accesses,
             estimate.footprint,
         )
+        return _Statement(parallel, sizes)
 
     def horizontal_saving(self, axis: Term, body: Term) -> float:
         """A vector reduction into one element keeps its partial sums in a register."""
@@ -199,8 +216,8 @@ class LoopCost:
         return 0.0
 
     def register_tile(
-        self, axis: Term, tile: RegisterTile, body: Estimate, accesses: frozenset[Access]
-    ) -> Estimate:
+        self, axis: Term, tile: RegisterTile, body: Estimate, sizes: Mapping[str, float]
+    ) -> _Statement:
         """One FMA per accumulator and one load per distinct operand each step; the
         accumulators are loaded before the loop and stored after it."""
         value = tile.accumulate.args[3]
@@ -220,80 +237,133 @@ class LoopCost:
         trips = axis_extent(axis)
         spill = tile.count * (1 / LOADS_PER_CYCLE + 1 / STORES_PER_CYCLE)
         compute = trips * (step + LOOP_OVERHEAD) + spill
-        return self.combine(accesses, [body], trips, 0.0, compute)
+        return self.combine(sizes, [body], trips, 0.0, compute)
 
     def combine(
         self,
-        accesses: frozenset[Access],
-        children: Iterable[Estimate],
+        sizes: Mapping[str, float],
+        children: Sequence[Estimate],
         trips: int,
         overhead: float,
         compute: float | None = None,
-    ) -> Estimate:
-        """Estimate of a statement that runs `children` `trips` times (reuse model above)."""
-        children = list(children)
-        footprint = self.footprint(accesses)
-        capacities = (self.machine.l1_bytes, self.machine.l2_bytes, self.machine.l3_bytes)
+    ) -> _Statement:
+        """A statement touching `sizes` bytes per buffer that runs `children` `trips` times
+        (the reuse model of the module doc)."""
+        footprint = sum(sizes.values())
+        largest = max([child.footprint for child in children])
+        levels = zip(*[child.traffic for child in children], strict=True)
         traffic = tuple(
-            footprint
-            if all(child.footprint <= capacity * CACHE_USE for child in children)
-            else trips * sum(child.traffic[level] for child in children)
-            for level, capacity in enumerate(capacities)
+            [
+                footprint if largest <= usable else trips * sum(fetched)
+                for usable, fetched in zip(self._usable, levels, strict=True)
+            ]
         )
         if compute is None:
-            compute = trips * sum(child.compute for child in children)
-        return Estimate(
-            compute,
-            traffic,  # type: ignore[arg-type]
-            overhead + trips * sum(child.overhead for child in children),
-            accesses,
-            footprint,
-        )
+            compute = trips * sum([child.compute for child in children])
+        overhead += trips * sum([child.overhead for child in children])
+        estimate = Estimate(compute, traffic, overhead, footprint)  # type: ignore[arg-type]
+        return _Statement(estimate, sizes)
 
     # ------------------------------------------------------------ footprints
 
-    def footprint(self, accesses: Iterable[Access]) -> float:
-        """Bytes of distinct cache lines touched; accesses to one buffer overlap (max)."""
-        per_buffer: dict[str, float] = {}
-        for access in accesses:
-            size = self.access_bytes(access.index, access.inner)
-            per_buffer[access.buffer] = max(per_buffer.get(access.buffer, 0.0), size)
-        return sum(per_buffer.values())
+    def accesses(self, statement: Term) -> Accesses:
+        """The loads and stores of `statement` (memoized; see `Accesses`)."""
+        known = self._accesses.get(statement)
+        if known is None:
+            known = self._accesses[statement] = self._find_accesses(statement)
+        return known
+
+    def _find_accesses(self, statement: Term) -> Accesses:
+        a: tuple[Any, ...] = statement.args
+        match statement.op:
+            case "Stmt.store" | "Stmt.accumulate":
+                loads = [(load.args[0], load.args[1]) for load in loads_in(a[-1])]
+                touched = frozenset((str(buffer), index) for buffer, index in [a[:2], *loads])
+                return {frozenset(): touched}
+            case "Stmt.seq":
+                return _merged([*self.accesses(a[0]).items(), *self.accesses(a[1]).items()])
+            case "Stmt.alloc":
+                return self.accesses(a[2])
+            case "Stmt.loop":
+                axis = frozenset([a[0]])
+                return _merged(
+                    [(inner | axis, pairs) for inner, pairs in self.accesses(a[2]).items()]
+                )
+        raise ValueError(f"not a statement: {statement.op}")
+
+    def bytes_per_buffer(self, accesses: Accesses) -> dict[str, float]:
+        """Bytes of distinct cache lines each buffer's accesses touch; accesses to one buffer
+        overlap (max)."""
+        sizes: dict[str, float] = {}
+        for inner, pairs in accesses.items():
+            for buffer, index in pairs:
+                sizes[buffer] = max(sizes.get(buffer, 0.0), self.access_bytes(index, inner))
+        return sizes
 
     def access_bytes(self, index: Term, inner: frozenset[Term]) -> float:
         """Bytes of the lines an access touches over the loops `inner`: the last dimension's
         contiguous run is packed into lines, other dimensions multiply."""
         key = (index, inner)
-        if key not in self._access_bytes:
-            self._access_bytes[key] = self._lines_bytes(index, inner)
-        return self._access_bytes[key]
+        known = self._access_bytes.get(key)
+        if known is None:
+            known = self._access_bytes[key] = self._lines_bytes(index, inner)
+        return known
 
     def _lines_bytes(self, index: Term, inner: frozenset[Term]) -> float:
         items = index_items(index)
         if not items:
             return float(self.machine.line_bytes)
-        counts = [_distinct(item, inner) for item in items]
+        leaves = self.leaf_pieces(inner)
+        counts = [_distinct(item, inner, leaves) for item in items]
         run = _contiguous_run(items[-1], inner)
         per_line = self.machine.line_bytes // self.item_bytes
         lines_last = counts[-1] / run * math.ceil(run / per_line)
         return self.machine.line_bytes * lines_last * math.prod(counts[:-1])
 
+    def leaf_pieces(self, inner: frozenset[Term]) -> tuple[tuple[frozenset[Term], int], ...]:
+        """(every axis it was split from, extent) of each loop axis of `inner` that is not
+        split into loops of `inner` itself (so that extents are not counted twice)."""
+        known = self._leaf_pieces.get(inner)
+        if known is None:
+            pieces = {axis: frozenset(pieces_of(axis)) for axis in inner}
+            split = {piece for axis in inner for piece in pieces[axis] if piece != axis}
+            known = self._leaf_pieces[inner] = tuple(
+                (pieces[axis], axis_extent(axis)) for axis in inner if axis not in split
+            )
+        return known
 
-def _distinct(index: Term, inner: frozenset[Term]) -> int:
-    """How many values `index` takes while the loops over `inner` run."""
+
+def _largest(first: Mapping[str, float], second: Mapping[str, float]) -> dict[str, float]:
+    """The larger size per buffer of two statements' `bytes_per_buffer`."""
+    if len(first) < len(second):
+        first, second = second, first
+    sizes = dict(first)
+    for buffer, size in second.items():
+        if size > sizes.get(buffer, 0.0):
+            sizes[buffer] = size
+    return sizes
+
+
+def _merged(groups: Iterable[tuple[frozenset[Term], frozenset[tuple[str, Term]]]]) -> Accesses:
+    """`groups` as Accesses: the pairs of equal loop sets united."""
+    merged: dict[frozenset[Term], frozenset[tuple[str, Term]]] = {}
+    for inner, pairs in groups:
+        merged[inner] = merged[inner] | pairs if inner in merged else pairs
+    return merged
+
+
+def _distinct(
+    index: Term, inner: frozenset[Term], leaves: tuple[tuple[frozenset[Term], int], ...]
+) -> int:
+    """How many values `index` takes while the loops over `inner` run (`leaves`: their
+    `LoopCost.leaf_pieces`)."""
     if index.op == "Index.axis":
         axis = index.args[0]
         assert isinstance(axis, Term)
         if axis in inner:
             return axis_extent(axis)
-        moving = [a for a in inner if axis in pieces_of(a) and _is_leaf_piece(a, inner)]
-        return math.prod(axis_extent(a) for a in moving) if moving else 1
-    return math.prod(_distinct(a, inner) for a in index.args if isinstance(a, Term))
-
-
-def _is_leaf_piece(axis: Term, inner: frozenset[Term]) -> bool:
-    """A split piece whose own pieces are not loops too (so extents are not counted twice)."""
-    return not any(axis in pieces_of(other) and other != axis for other in inner)
+        return math.prod(extent for pieces, extent in leaves if axis in pieces)
+    return math.prod(_distinct(a, inner, leaves) for a in index.args if isinstance(a, Term))
 
 
 def _contiguous_run(index: Term, inner: frozenset[Term]) -> int:

@@ -1,0 +1,269 @@
+"""Extraction (extract/extractor.py) against its straightforward definition.
+
+The extractor reads egglog's tables instead of its JSON and prices only what changed, so these
+tests pin that nothing else changed: the graph read is the JSON's, node for node and in the same
+order; the terms and costs chosen are those of the plain worklist below (every node of a visited
+e-class priced for every combination of its children's candidates, as eqsat first had it), with
+every cost equal to a fresh `LoopCost` estimate of its term; a deadline, even one already past,
+still gives a term of the root (one that computes what the program computes), flagged
+incomplete; and the same graph gives the same program, whatever the hash seed.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import os
+import pickle
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from egglog import EGraph
+
+import eqsat
+from eqsat.interp import run
+from eqsat.saturate import Limits, saturate
+from eqsat.terms import CONSTRUCTORS, Arg, LoopProgram, Term, to_egglog, to_term
+from extract import extractor
+from extract.extractor import NodeCost, SerializedGraph
+from extract.loop_cost import LoopCost
+from extract.tensor_cost import TensorCost
+from rewrites.algebra import algebra_rules
+from rewrites.algebra_facts import algebra_facts
+from rewrites.schedule import ROOT, schedule
+from tests.programs import assert_variant_agrees
+from tests.test_loops import AVX512, lowered
+
+PROGRAMS: dict[str, Callable[[], eqsat.Tensor]] = {
+    "softmax": lambda: eqsat.softmax(eqsat.tensor("x", (32, 16))),
+    "matmul": lambda: eqsat.tensor("a", (32, 32)) @ eqsat.tensor("b", (32, 32)),
+    "mlp": lambda: eqsat.relu(
+        eqsat.tensor("x", (16, 32)) @ eqsat.tensor("w", (32, 32)) + eqsat.tensor("b", (32,))
+    ),
+}
+
+
+@functools.cache
+def kernel(name: str) -> tuple[LoopProgram, EGraph]:
+    """The canonical loop program of PROGRAMS[name] and its saturated kernel e-graph."""
+    program = lowered(PROGRAMS[name]())
+    egraph, report = schedule(program.body, AVX512, program.dtype, Limits(seconds=60))
+    assert report.stop_reason == "saturated"
+    return program, egraph
+
+
+@functools.cache
+def algebra_egraph() -> EGraph:
+    a, b, c = (eqsat.tensor(n, (8, 8)) for n in "abc")
+    egraph = EGraph()
+    egraph.let("root", to_egglog(to_term((a @ b + a @ c).T.expr)))
+    saturate(egraph, algebra_rules(), Limits(), "algebra", facts=algebra_facts)
+    return egraph
+
+
+# ---------------------------------------------------------------- the straightforward definition
+
+Node = tuple[str, str, tuple[str, ...], Any]  # key, op, children's e-classes, literal
+LITERALS: dict[str, Callable[[str], Any]] = {"i64": int, "f64": float, "String": json.loads}
+
+
+def json_classes(egraph: EGraph) -> dict[str, list[Node]]:
+    """The constructor and literal nodes of egglog's JSON serialization, by e-class."""
+    data = json.loads(egraph._serialize(split_primitive_outputs=False).to_json())
+    raw, types = data["nodes"], data["class_data"]
+    classes: dict[str, list[Node]] = {}
+    for key, node in raw.items():
+        op, eclass, literal = node["op"], node["eclass"], None
+        if key.startswith("primitive-"):
+            if types[eclass]["type"] in LITERALS:
+                literal = LITERALS[types[eclass]["type"]](op)
+            op = "Vec" if op == "Vec" else "literal"
+        elif op not in CONSTRUCTORS:
+            continue
+        children = tuple(raw[child]["eclass"] for child in node["children"])
+        classes.setdefault(eclass, []).append((key, op, children, literal))
+    return classes
+
+
+def plain_top(
+    classes: dict[str, list[Node]], root: str, node_cost: NodeCost, n: int
+) -> list[tuple[Arg, float]]:
+    """`extract_top` as first written: a worklist over e-classes in serialization order that
+    prices every node of a visited e-class for every combination of its children's best `n`
+    candidates and keeps the `n` cheapest, ties broken by node id, then by the order found."""
+    parents: dict[str, set[str]] = {}
+    for eclass, nodes in classes.items():
+        for _, _, children, _ in nodes:
+            for child in children:
+                parents.setdefault(child, set()).add(eclass)
+    best: dict[str, list[tuple[float, str, Arg]]] = {}
+    pending, queued = deque(classes), set(classes)
+    while pending:
+        eclass = pending.popleft()
+        queued.discard(eclass)
+        found = {term: (cost, key, term) for cost, key, term in best.get(eclass, [])}
+        for key, op, children, literal in classes[eclass]:
+            if op == "literal":
+                found.setdefault(literal, (0.0, key, literal))
+                continue
+            if any(child not in best for child in children):
+                continue
+            for choice in itertools.product(*(best[child] for child in children)):
+                terms, costs = tuple(c[2] for c in choice), [c[0] for c in choice]
+                if op == "Vec":
+                    found.setdefault(terms, (sum(costs), key, terms))
+                else:
+                    term = Term(op, terms)
+                    found.setdefault(term, (node_cost(op, terms, costs), key, term))
+        ranked = sorted(found.values(), key=lambda c: (c[0], c[1]))[:n]
+        if ranked != best.get(eclass):
+            best[eclass] = ranked
+            for parent in sorted(parents.get(eclass, ())):
+                if parent not in queued:
+                    queued.add(parent)
+                    pending.append(parent)
+    return [(term, cost) for cost, _, term in best[root]]
+
+
+def nodes_of(graph: SerializedGraph) -> dict[str, list[Node]]:
+    return {
+        eclass: [(node.key, node.op, node.children, node.literal) for node in nodes]
+        for eclass, nodes in graph.classes.items()
+    }
+
+
+# ---------------------------------------------------------------- same graph, same choice
+
+
+@pytest.mark.parametrize("name", [*PROGRAMS, "algebra"])
+def test_graph_is_read_as_egglog_serializes_it(name: str) -> None:
+    egraph = algebra_egraph() if name == "algebra" else kernel(name)[1]
+    graph, expected = SerializedGraph(egraph), json_classes(egraph)
+    assert list(graph.classes) == list(expected)  # the worklist's order
+    assert nodes_of(graph) == expected
+    assert graph.root("root" if name == "algebra" else ROOT) in expected
+
+
+@pytest.mark.parametrize("n", [1, 4])
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_extract_top_chooses_what_the_plain_worklist_chooses(name: str, n: int) -> None:
+    program, egraph = kernel(name)
+    graph = SerializedGraph(egraph)
+    root = graph.root(ROOT)
+    extraction = graph.extract_top(root, LoopCost(AVX512, program.dtype), n)
+    assert extraction.complete
+    plain = plain_top(json_classes(egraph), root, LoopCost(AVX512, program.dtype), n)
+    assert list(extraction) == plain
+    for term, cost in extraction:
+        assert isinstance(term, Term)
+        assert cost == LoopCost(AVX512, program.dtype).estimate(term).cycles
+
+
+def test_stage_one_chooses_what_the_plain_worklist_chooses() -> None:
+    graph = SerializedGraph(algebra_egraph())
+    root = graph.root("root")
+    expected = plain_top(json_classes(algebra_egraph()), root, TensorCost(), 8)
+    assert list(graph.extract_top(root, TensorCost(), 8)) == expected
+
+
+# ---------------------------------------------------------------- the deadline
+
+
+def assert_computes_the_program(program: LoopProgram, body: Arg) -> None:
+    assert isinstance(body, Term)
+    rng = np.random.default_rng(0)
+    inputs = {name: rng.standard_normal(shape) for name, shape in program.inputs}
+    want = run(program, inputs, dtype=np.float64)[0]
+    got = run(program.with_body(body), inputs, dtype=np.float64)[0]
+    assert_variant_agrees(got, want, body)
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_deadline_already_past_still_gives_a_term_of_the_root(name: str) -> None:
+    program, egraph = kernel(name)
+    graph = SerializedGraph(egraph)
+    extraction = graph.extract_top(graph.root(ROOT), LoopCost(AVX512, program.dtype), 4, -1.0)
+    assert not extraction.complete
+    [(body, cost)] = extraction
+    assert cost == LoopCost(AVX512, program.dtype).estimate(body).cycles
+    assert_computes_the_program(program, body)
+
+
+@pytest.mark.parametrize("part", [0.0, 0.1, 0.5, 0.9])
+def test_deadline_part_way_still_gives_a_term_of_the_root(
+    part: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clock ticks once per e-class visit; the deadline falls `part` of the way through."""
+    program, egraph = kernel("mlp")
+    graph = SerializedGraph(egraph)
+    ticks = itertools.count()
+    monkeypatch.setattr(extractor, "monotonic", lambda: float(next(ticks)))
+    cost = LoopCost(AVX512, program.dtype)
+    assert graph.extract_top(graph.root(ROOT), cost, 1, float("inf")).complete
+    deadline = part * next(ticks)
+    ticks = itertools.count()
+    extraction = graph.extract_top(graph.root(ROOT), LoopCost(AVX512, program.dtype), 1, deadline)
+    assert not extraction.complete
+    [(body, predicted)] = extraction
+    assert predicted == cost.estimate(body).cycles
+    assert_computes_the_program(program, body)
+
+
+def test_a_deadline_never_reached_changes_nothing() -> None:
+    program, egraph = kernel("softmax")
+    graph = SerializedGraph(egraph)
+    root = graph.root(ROOT)
+    free = graph.extract_top(root, LoopCost(AVX512, program.dtype), 4)
+    timed = graph.extract_top(root, LoopCost(AVX512, program.dtype), 4, float("inf"))
+    assert timed.complete and timed == free
+
+
+# ---------------------------------------------------------------- determinism
+
+CHOOSE = """
+import pickle, sys
+from extract.extractor import SerializedGraph
+from extract.loop_cost import LoopCost
+from tests.test_loops import AVX512
+graph = SerializedGraph.__new__(SerializedGraph)
+with open(sys.argv[1], "rb") as stored:
+    graph.classes, graph.lets = pickle.load(stored)
+for term, cost in graph.extract_top(graph.root("kernel"), LoopCost(AVX512, "float32"), 4):
+    print(term, cost)
+"""
+
+
+def test_one_egraph_always_gives_the_same_program() -> None:
+    program, egraph = kernel("softmax")
+    first, second = (SerializedGraph(egraph) for _ in range(2))
+    cost = LoopCost(AVX512, program.dtype)
+    assert first.extract_top(first.root(ROOT), cost, 4) == second.extract_top(
+        second.root(ROOT), LoopCost(AVX512, program.dtype), 4
+    )
+
+
+def test_hash_seeds_do_not_change_the_choice(tmp_path: Path) -> None:
+    """String hashing, and so the order of sets and dicts of terms, differs between these
+    processes; given the same graph, the choice may not. (egglog itself numbers the e-nodes of
+    one program differently from one process to the next, so the graph is passed as data.)"""
+    graph = SerializedGraph(kernel("softmax")[1])
+    stored = tmp_path / "graph.pickle"
+    stored.write_bytes(pickle.dumps((graph.classes, graph.lets)))
+    outputs = [
+        subprocess.run(
+            [sys.executable, "-c", CHOOSE, str(stored)],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    ]
+    assert outputs[0] == outputs[1] and outputs[0].count("\n") == 4
