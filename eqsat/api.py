@@ -7,6 +7,7 @@ best = eqsat.optimize(y)                         # the same stages without build
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -206,10 +207,16 @@ def _optimize_algebra(
     )
     graph = SerializedGraph(egraph)
     cost = TensorCost()
+    start = time.monotonic()
+    deadline = start + limits.extraction_seconds
     if len(roots) > 1:
-        forms = [[graph.extract(graph.root(f"root{k}"), cost)[0] for k in range(len(roots))]]
-        return forms, report, graph
-    ranked = graph.extract_top(graph.root("root0"), cost, 4 * ALGEBRA_CANDIDATES)
+        extractions = [
+            graph.extract_top(graph.root(f"root{k}"), cost, 1, deadline) for k in range(len(roots))
+        ]
+        report.extracted(all(e.complete for e in extractions), time.monotonic() - start)
+        return [[extraction[0][0] for extraction in extractions]], report, graph
+    ranked = graph.extract_top(graph.root("root0"), cost, 4 * ALGEBRA_CANDIDATES, deadline)
+    report.extracted(ranked.complete, time.monotonic() - start)
     best_cost = ranked[0][1]
     by_estimate: dict[float, Term] = {}
     for term, estimate in ranked:
@@ -243,13 +250,21 @@ def _schedule_loops(
     progress.extracting(report.stage, graph.size)
     cost = LoopCost(machine, canonical.dtype)
     keep = CANDIDATES_PER_CLASS if graph.size <= CANDIDATES_UP_TO_NODES else 1
-    (body, predicted), *_ = graph.extract_top(graph.root(ROOT), cost, keep)
+    start = time.monotonic()
+    extraction = graph.extract_top(
+        graph.root(ROOT), cost, keep, deadline=start + limits.extraction_seconds
+    )
+    report.extracted(extraction.complete, time.monotonic() - start)
+    (body, predicted), *_ = extraction
+    canonical_cost = cost.estimate(canonical.body).cycles
+    if predicted > canonical_cost:  # a deadline's best-so-far can be worse than the start
+        body, predicted = canonical.body, canonical_cost
     return _Scheduled(
         form,
         canonical,
         body,
         predicted,
-        cost.estimate(canonical.body).cycles,
+        canonical_cost,
         report,
         graph,
         cost.estimate(body),

@@ -84,6 +84,7 @@ class Limits:
     nodes: int = 200_000  # term e-nodes (analysis facts not counted)
     seconds: float = 2.0
     iterations: int = 30
+    extraction_seconds: float = 2.0  # to extract a stage's best program (best found so far)
 
 
 @dataclass
@@ -94,13 +95,25 @@ class SaturationReport:
     nodes: int = 0
     seconds: float = 0.0
     matches: Counter[str] = field(default_factory=Counter)
+    extraction: str = "not run"  # complete | deadline (the best program found by then)
+    extraction_seconds: float = 0.0
 
     def summary(self) -> str:
         fired = ", ".join(f"{name} x{n}" for name, n in sorted(self.matches.items()) if n)
+        extraction = {
+            "complete": "extraction complete",
+            "deadline": "extraction stopped at its deadline (best found so far)",
+        }.get(self.extraction, "extraction not run")
         return (
             f"{self.stage}: {self.stop_reason} after {self.iterations} iterations, "
-            f"{self.nodes} e-nodes, {self.seconds:.2f} s; rules fired: {fired or 'none'}"
+            f"{self.nodes} e-nodes, {self.seconds:.2f} s; {extraction} in "
+            f"{self.extraction_seconds:.2f} s; rules fired: {fired or 'none'}"
         )
+
+    def extracted(self, complete: bool, seconds: float) -> None:
+        """Record how the stage's extraction ended."""
+        self.extraction = "complete" if complete else "deadline"
+        self.extraction_seconds = seconds
 
 
 def term_nodes(egraph: EGraph) -> int:

@@ -201,3 +201,16 @@ def test_extra_rules_reach_stage_one_and_may_not_reuse_a_built_in_name() -> None
     clash = Identity(IDENTITIES[0].name, "x -> x", {"x": TExpr}, lambda x: x, lambda x: x)
     with pytest.raises(ValueError, match="already used by built-in rules"):
         eqsat.optimize(x + x, extra_rules=[clash])
+
+
+def test_extraction_deadline_is_reported_and_the_kernel_stays_correct() -> None:
+    rng = np.random.default_rng(3)
+    x, W = eqsat.tensor("x", (16, 32)), eqsat.tensor("W", (32, 24))
+    kernel = eqsat.compile(eqsat.exp(x @ W), limits=eqsat.Limits(extraction_seconds=0.0))
+    assert all(stage.extraction == "deadline" for stage in kernel.stages)
+    assert "extraction stopped at its deadline" in kernel.explain()
+    xa, Wa = rng.standard_normal((16, 32)), rng.standard_normal((32, 24))
+    got = kernel(xa.astype(np.float32), Wa.astype(np.float32))
+    assert_close(got, np.exp(xa @ Wa), "float32")
+    unlimited = eqsat.optimize(eqsat.exp(x @ W))
+    assert all(stage.extraction == "complete" for stage in unlimited.stages)
