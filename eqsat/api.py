@@ -25,9 +25,10 @@ from eqsat.pretty import format_loops, format_tensor
 from eqsat.progress import Progress
 from eqsat.saturate import Limits, SaturationReport, saturate
 from eqsat.terms import LoopProgram, Term, to_egglog, to_term
+from extract.calibrate import calibrated_host
 from extract.extractor import SerializedGraph
 from extract.loop_cost import Estimate, LoopCost
-from extract.machine import Machine, host
+from extract.machine import Machine
 from extract.tensor_cost import TensorCost
 from rewrites.algebra import algebra_rules
 from rewrites.algebra_facts import algebra_facts
@@ -287,7 +288,7 @@ def optimize(
     (`eqsat.progress`)."""
     tensors, _ = _outputs(outputs)
     limits = limits or Limits()
-    machine = machine or host()
+    machine = machine or calibrated_host()
     reporter = Progress(enabled=progress)
     original = [to_term(t.expr) for t in tensors]
     assert all(isinstance(t, Term) for t in original)
@@ -337,7 +338,7 @@ def compile(  # noqa: A001 - the public name is part of the stable API (DESIGN Â
     compile cache (`eqsat.autotune`); `progress` and `extra_rules` as in `optimize`. Raises
     CompileError if the C compiler fails."""
     _, returns_tuple = _outputs(outputs)
-    machine = machine or host()
+    machine = machine or calibrated_host()
     if isa is not None:
         machine = machine.with_isa(isa)
     best = optimize(

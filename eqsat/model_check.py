@@ -34,9 +34,10 @@ from eqsat.interp import evaluate
 from eqsat.measure import agreement, interleaved_medians, random_inputs
 from eqsat.pretty import format_loops
 from eqsat.terms import Arg
+from extract.calibrate import calibrated_host
 from extract.extractor import NodeCost
 from extract.loop_cost import LoopCost
-from extract.machine import Machine, host
+from extract.machine import Machine
 from rewrites.contraction import contract_temporaries
 from rewrites.schedule import ROOT
 
@@ -336,7 +337,7 @@ def predicted_vs_measured(
     (predicted cycles, measured seconds) of every correct candidate, for plotting."""
     mix = QUICK_MIX if quick else FULL_MIX
     return {
-        workload.name: check_workload(workload, machine or host(), mix).pairs()
+        workload.name: check_workload(workload, machine or calibrated_host(), mix).pairs()
         for workload in workloads(quick)
         if only is None or workload.name in only
     }

@@ -49,7 +49,8 @@ UNARY_CYCLES = {"exp": 10.0, "log": 10.0, "tanh": 14.0, "sigmoid": 12.0, "sqrt":
 BINARY_CYCLES = {"div": 4.0}
 LOADS_PER_CYCLE, OPS_PER_CYCLE, STORES_PER_CYCLE = 2.0, 2.0, 1.0
 # Bytes per cycle and core into L1 (from L2), into L2 (from L3), into L3 (from DRAM), and the
-# DRAM figure for all cores together; measured order of magnitude on this class of machine.
+# DRAM figure for all cores together, for a machine without calibration (`fetch_rates`);
+# measured order of magnitude on this class of machine.
 BYTES_PER_CYCLE = (48.0, 12.0, 8.0)
 OVERLAP_PENALTY = 0.25  # the fraction of the non-limiting terms that is not hidden
 DRAM_SCALING = 1.25  # 2 cores get ~1.25x the DRAM bandwidth of one (31 -> 39 GB/s)
@@ -67,16 +68,18 @@ Accesses = Mapping[frozenset[Term], frozenset[tuple[str, Term]]]
 class Estimate:
     compute: float  # cycles on one core (already shared out inside a Parallel loop)
     traffic: tuple[float, float, float]  # bytes fetched into L1, L2, L3
-    overhead: float  # parallel start, page first-touch
+    overhead: float  # parallel starts: paid on every execution
     footprint: float  # bytes of distinct cache lines touched
+    first_touch: float  # page faults of temporaries: paid once, their memory is then reused
+    bytes_per_cycle: tuple[float, float, float]  # into L1, L2, L3 (`fetch_rates`)
 
     @property
     def cycles(self) -> float:
         """The roofline with imperfect overlap, plus overheads (module doc)."""
-        memory = [t / bw for t, bw in zip(self.traffic, BYTES_PER_CYCLE, strict=True)]
+        memory = [t / bw for t, bw in zip(self.traffic, self.bytes_per_cycle, strict=True)]
         terms = [self.compute, *memory]
         limit = max(terms)
-        return limit + OVERLAP_PENALTY * (sum(terms) - limit) + self.overhead
+        return limit + OVERLAP_PENALTY * (sum(terms) - limit) + self.overhead + self.first_touch
 
     def __float__(self) -> float:
         return self.cycles
@@ -107,6 +110,7 @@ class LoopCost:
         self._leaf_pieces: dict[frozenset[Term], tuple[tuple[frozenset[Term], int], ...]] = {}
         capacities = (machine.l1_bytes, machine.l2_bytes, machine.l3_bytes)
         self._usable = tuple(capacity * CACHE_USE for capacity in capacities)
+        self._bytes_per_cycle, self._dram_scaling = fetch_rates(machine)
 
     def __call__(self, op: str, children: Sequence[Arg], child_costs: Sequence[float]) -> float:
         if not op.startswith("Stmt."):
@@ -138,11 +142,11 @@ class LoopCost:
             case "Stmt.seq":
                 first, second = self._statement(a[0]), self._statement(a[1])  # type: ignore[arg-type]
                 sizes = _largest(first.buffer_bytes, second.buffer_bytes)
-                return self.combine(sizes, (first.estimate, second.estimate), 1, 0.0)
+                return self.combine(sizes, (first.estimate, second.estimate), 1)
             case "Stmt.alloc":
                 body = self._statement(a[2])  # type: ignore[arg-type]
                 return self.combine(
-                    body.buffer_bytes, [body.estimate], 1, self.first_touch(statement)
+                    body.buffer_bytes, [body.estimate], 1, first_touch=self.first_touch(statement)
                 )
             case "Stmt.loop":
                 return self.loop(statement)
@@ -176,7 +180,8 @@ class LoopCost:
         )
         sizes = self.bytes_per_buffer(self.accesses(statement))
         footprint = sum(sizes.values())
-        return _Statement(Estimate(compute, (footprint,) * 3, 0.0, footprint), sizes)
+        estimate = Estimate(compute, (footprint,) * 3, 0.0, footprint, 0.0, self._bytes_per_cycle)
+        return _Statement(estimate, sizes)
 
     def loop(self, statement: Term) -> _Statement:
         axis, kind, body_term = statement.args
@@ -193,7 +198,7 @@ class LoopCost:
         if vector and vectorizable(axis, body_term):
             trips = math.ceil(trips / self.lanes)
             per_trip -= self.horizontal_saving(axis, body_term)
-        loop = self.combine(sizes, [body.estimate], trips, 0.0, per_trip * trips)
+        loop = self.combine(sizes, [body.estimate], trips, per_trip * trips)
         if kind.op != "LoopKind.parallel":
             return loop
         cores = self.machine.cores
@@ -201,9 +206,11 @@ class LoopCost:
         l1, l2, l3 = estimate.traffic
         parallel = Estimate(
             estimate.compute / cores,
-            (l1 / cores, l2 / cores, l3 / min(cores, DRAM_SCALING)),
+            (l1 / cores, l2 / cores, l3 / min(cores, self._dram_scaling)),
             estimate.overhead / cores + PARALLEL_START,
             estimate.footprint,
+            estimate.first_touch,
+            self._bytes_per_cycle,
         )
         return _Statement(parallel, sizes)
 
@@ -237,18 +244,18 @@ class LoopCost:
         trips = axis_extent(axis)
         spill = tile.count * (1 / LOADS_PER_CYCLE + 1 / STORES_PER_CYCLE)
         compute = trips * (step + LOOP_OVERHEAD) + spill
-        return self.combine(sizes, [body], trips, 0.0, compute)
+        return self.combine(sizes, [body], trips, compute)
 
     def combine(
         self,
         sizes: Mapping[str, float],
         children: Sequence[Estimate],
         trips: int,
-        overhead: float,
         compute: float | None = None,
+        first_touch: float = 0.0,
     ) -> _Statement:
         """A statement touching `sizes` bytes per buffer that runs `children` `trips` times
-        (the reuse model of the module doc)."""
+        (the reuse model of the module doc), plus its own `first_touch` cycles."""
         footprint = sum(sizes.values())
         largest = max([child.footprint for child in children])
         levels = zip(*[child.traffic for child in children], strict=True)
@@ -260,8 +267,16 @@ class LoopCost:
         )
         if compute is None:
             compute = trips * sum([child.compute for child in children])
-        overhead += trips * sum([child.overhead for child in children])
-        estimate = Estimate(compute, traffic, overhead, footprint)  # type: ignore[arg-type]
+        overhead = trips * sum([child.overhead for child in children])
+        first_touch += sum([child.first_touch for child in children])
+        estimate = Estimate(
+            compute,
+            traffic,  # type: ignore[arg-type]
+            overhead,
+            footprint,
+            first_touch,
+            self._bytes_per_cycle,
+        )
         return _Statement(estimate, sizes)
 
     # ------------------------------------------------------------ footprints
@@ -331,6 +346,24 @@ class LoopCost:
                 (pieces[axis], axis_extent(axis)) for axis in inner if axis not in split
             )
         return known
+
+
+def fetch_rates(machine: Machine) -> tuple[tuple[float, float, float], float]:
+    """Bytes per cycle and core fetched into L1, L2 and L3, and how many times one core's DRAM
+    bandwidth all cores get together.
+
+    From `machine.calibration` when it is known: the triad bandwidth of the level below, on one
+    thread, at the calibrated clock; noise on a shared machine cannot make a nearer level slower
+    than a farther one (each rate is at least the next one's). Else BYTES_PER_CYCLE and
+    DRAM_SCALING."""
+    calibration = machine.calibration
+    if calibration is None:
+        return BYTES_PER_CYCLE, DRAM_SCALING
+    clock = machine.clock_hz()
+    l2, l3, dram = (calibration.bandwidth[level][1] / clock for level in ("L2", "L3", "DRAM"))
+    all_cores = calibration.bandwidth["DRAM"]
+    scaling = max(1.0, all_cores[max(all_cores)] / all_cores[1])
+    return (max(l2, l3, dram), max(l3, dram), dram), scaling
 
 
 def _largest(first: Mapping[str, float], second: Mapping[str, float]) -> dict[str, float]:

@@ -64,3 +64,44 @@ def test_parallel_pays_only_above_a_size_threshold(machine: Machine) -> None:
     assert cost.estimate(exp_rows(large, "parallel")).cycles < cost.estimate(
         exp_rows(large, "serial")
     ).cycles
+
+
+def calibrated(machine: Machine, l2: float, l3: float, dram: float) -> Machine:
+    """`machine` with made-up triad bandwidths (GB/s on 1 thread; DRAM 1.5x on all cores) at a
+    1 GHz clock, so bytes per second read as bytes per cycle / 1e9."""
+    from dataclasses import replace
+
+    from extract.machine import Calibration
+
+    threads = (1, machine.cores)
+    per_level = {"L1": 500.0, "L2": l2, "L3": l3, "DRAM": dram}
+    bandwidth = {
+        level: {t: gbs * 1e9 * (1.5 if level == "DRAM" and t > 1 else 1) for t in threads}
+        for level, gbs in per_level.items()
+    }
+    flops = {dtype: {t: 64e9 * t for t in threads} for dtype in ("float32", "float64")}
+    return replace(machine, calibration=Calibration(flops, bandwidth, clock_hz=1e9))
+
+
+def test_fetch_rates_come_from_the_calibration_and_stay_ordered() -> None:
+    from extract.loop_cost import BYTES_PER_CYCLE, DRAM_SCALING, fetch_rates
+
+    machine = MACHINES[0]
+    assert fetch_rates(machine) == (BYTES_PER_CYCLE, DRAM_SCALING)
+    assert fetch_rates(calibrated(machine, 60, 30, 10)) == ((60, 30, 10), 1.5)
+    assert fetch_rates(calibrated(machine, 20, 30, 10)) == ((30, 30, 10), 1.5)  # noisy L2
+    slow_dram = LoopCost(calibrated(machine, 60, 30, 5), "float32").estimate(copy(4096, "vector"))
+    fast_dram = LoopCost(calibrated(machine, 60, 30, 20), "float32").estimate(copy(4096, "vector"))
+    assert slow_dram.cycles > fast_dram.cycles
+
+
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.isa)
+def test_a_temporary_in_a_loop_faults_its_pages_once(machine: Machine) -> None:
+    i, j = named("i0", 64), named("i1", 4096)
+    one = Term("Scalar.const", (1.0,))
+    fill = nest([(j, "serial", ())], Term("Stmt.store", ("t0", at(j), one)))
+    alloc = Term("Stmt.alloc", ("t0", (4096,), fill))
+    cost = LoopCost(machine, "float32")
+    once = cost.estimate(alloc).first_touch
+    assert once > 0
+    assert cost.estimate(nest([(i, "serial", ())], alloc)).first_touch == once
