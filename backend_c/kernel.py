@@ -9,6 +9,7 @@ a fresh 64 MB array costs ~6 ms of page faults here, as much as streaming it fro
 from __future__ import annotations
 
 import copy
+import math
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -23,18 +24,21 @@ from eqsat.errors import DTypeError
 from eqsat.saturate import SaturationReport
 
 POOL_MIN_BYTES = 1 << 20  # smaller arrays come from malloc's free lists without page faults
+ALIGNMENT = 64  # bytes: a vector store never straddles two cache lines
 
 
 class OutputPool:
     """Output arrays of one kernel, handed out again once nothing but the pool refers to them.
 
-    An array the caller (or any view, buffer export or container) still references has a
-    reference count above the pool's own, so it is never reused while visible. Thread-safe."""
+    Pooled arrays (POOL_MIN_BYTES and up) are views of a byte buffer, ALIGNMENT-aligned (numpy's
+    own large arrays start 16 bytes into a page). An array the caller (or any view, buffer export
+    or container) still references has more references, to it or to its buffer, than the pool's
+    own, so it is never reused while visible. Thread-safe."""
 
     def __init__(self, shapes: Sequence[tuple[int, ...]], dtype: np.dtype) -> None:
         self._shapes = list(shapes)
         self._dtype = dtype
-        self._arrays: list[np.ndarray | None] = [None] * len(self._shapes)
+        self._pooled: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(self._shapes)
         self._lock = threading.Lock()
 
     def take(self) -> tuple[np.ndarray, ...]:
@@ -42,13 +46,21 @@ class OutputPool:
             return tuple(self._take(slot) for slot in range(len(self._shapes)))
 
     def _take(self, slot: int) -> np.ndarray:
-        array = self._arrays[slot]
-        # references: the pool's list, `array`, and getrefcount's argument
-        if array is not None and sys.getrefcount(array) == 3:
-            return array
-        array = np.empty(self._shapes[slot], dtype=self._dtype)
-        if array.nbytes >= POOL_MIN_BYTES:
-            self._arrays[slot] = array
+        pooled = self._pooled[slot]
+        if pooled is not None:
+            buffer, array = pooled
+            # array: the pool's tuple, `array`, getrefcount's argument; buffer: the same and
+            # array's base (a user's view of `array` has `buffer` as its base)
+            if sys.getrefcount(array) == 3 and sys.getrefcount(buffer) == 4:
+                return array
+        shape = self._shapes[slot]
+        nbytes = math.prod(shape) * self._dtype.itemsize
+        if nbytes < POOL_MIN_BYTES:
+            return np.empty(shape, dtype=self._dtype)
+        buffer = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+        start = -buffer.ctypes.data % ALIGNMENT
+        array = buffer[start : start + nbytes].view(self._dtype).reshape(shape)
+        self._pooled[slot] = (buffer, array)
         return array
 
 

@@ -201,7 +201,7 @@ class LoopCost:
         loop = self.combine(sizes, [body.estimate], trips, per_trip * trips)
         if kind.op != "LoopKind.parallel":
             return loop
-        cores = self.machine.cores
+        cores = min(self.machine.cores, trips)  # a loop of one trip runs on one core
         estimate = loop.estimate
         l1, l2, l3 = estimate.traffic
         parallel = Estimate(

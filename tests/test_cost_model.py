@@ -66,6 +66,18 @@ def test_parallel_pays_only_above_a_size_threshold(machine: Machine) -> None:
     ).cycles
 
 
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.isa)
+def test_a_parallel_loop_of_one_trip_gains_nothing(machine: Machine) -> None:
+    one, j = named("i0", 1), named("i1", 1 << 20)
+    value = Term("Scalar.unary", ("exp", Term("Scalar.load", ("in0", at(one, j)))))
+    store = Term("Stmt.store", ("out0", at(one, j), value))
+    cost = LoopCost(machine, "float32")
+    parallel = cost.estimate(nest([(one, "parallel", ()), (j, "vector", (16,))], store))
+    serial = cost.estimate(nest([(one, "serial", ()), (j, "vector", (16,))], store))
+    assert parallel.compute == serial.compute
+    assert parallel.cycles > serial.cycles  # and it pays the team start
+
+
 def calibrated(machine: Machine, l2: float, l3: float, dram: float) -> Machine:
     """`machine` with made-up triad bandwidths (GB/s on 1 thread; DRAM 1.5x on all cores) at a
     1 GHz clock, so bytes per second read as bytes per cycle / 1e9."""
