@@ -59,13 +59,26 @@ def mentions(index: Term, axis: Term) -> bool:
 
 def access_kind(index_list: Term, axis: Term) -> str | None:
     """How an access moves along `axis`: "uniform", "contiguous" (last index is the axis,
-    nothing else mentions it) or None (strided or gathered)."""
-    items = index_items(index_list)
+    nothing else mentions it) or None (strided or gathered).
+
+    Trailing indices that are named axes of extent 1 are skipped: lowering names an axis after
+    the dimension it walks, so they index dimensions of size 1 (`t[k, i1]` with t of shape
+    (n, 1) walks t contiguously along k)."""
+    items = list(index_items(index_list))
+    while len(items) > 1 and _walks_a_unit_dimension(items[-1]):
+        items.pop()
     if not any(mentions(i, axis) for i in items):
         return "uniform"
     if items[-1] == Term("Index.axis", (axis,)) and not any(mentions(i, axis) for i in items[:-1]):
         return "contiguous"
     return None
+
+
+def _walks_a_unit_dimension(index: Term) -> bool:
+    if index.op != "Index.axis":
+        return False
+    axis = index.args[0]
+    return isinstance(axis, Term) and axis.op == "Axis.named" and axis.args[1] == 1
 
 
 def loads_in(scalar: Term) -> list[Term]:
