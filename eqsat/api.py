@@ -95,7 +95,11 @@ class Optimized:
         assert self.loop_graph is not None, "built by optimize()"
         graph, root = self.loop_graph, self.loop_graph.root(ROOT)
         cost = LoopCost(self.machine, self.program.dtype)
-        bodies = dict(graph.extract_top(root, cost, best))
+        bodies = {self.extracted: self.cost} if self.extracted is not None else {}
+        for body, predicted in graph.extract_top(root, cost, max(best, CANDIDATES_PER_CLASS)):
+            if len(bodies) >= best:
+                break
+            bodies.setdefault(body, predicted)
         rng = random.Random(seed)
         for _ in range(sampled * 4):  # random draws repeat; a bounded number of tries
             if len(bodies) >= best + sampled:
