@@ -214,3 +214,20 @@ def test_extraction_deadline_is_reported_and_the_kernel_stays_correct() -> None:
     assert_close(got, np.exp(xa @ Wa), "float32")
     unlimited = eqsat.optimize(eqsat.exp(x @ W))
     assert all(stage.extraction == "complete" for stage in unlimited.stages)
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+@pytest.mark.parametrize("width", [64, 203])  # four whole chains of vectors; and a tail too
+def test_long_horizontal_reductions_split_into_chains_and_match_numpy(isa: str, width: int) -> None:
+    from backend_c.emit import HORIZONTAL_CHAINS
+
+    rng = np.random.default_rng(width)
+    x = eqsat.tensor("x", (5, width))
+    kernel = eqsat.compile([x.sum(axis=1), x.max(axis=1), eqsat.softmax(x)], isa=isa)
+    assert f"acc{HORIZONTAL_CHAINS - 1}" in kernel.c_source
+    xa = rng.standard_normal((5, width))
+    sums, maxima, softmax = kernel(xa.astype(np.float32))
+    assert_close(sums, xa.sum(axis=1), "float32")
+    assert_close(maxima, xa.max(axis=1), "float32")
+    e = np.exp(xa - xa.max(axis=1, keepdims=True))
+    assert_close(softmax, e / e.sum(axis=1, keepdims=True), "float32")
