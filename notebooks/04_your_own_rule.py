@@ -88,7 +88,7 @@ log_of_product = Identity(
     rhs=lambda x, y: add(TExpr.unary("log", x), TExpr.unary("log", y)),
 )
 try:
-    check_identity(log_of_product)
+    check_identity(log_of_product, derandomize=True)  # the same counterexample on every run
 except UnsoundIdentityError as error:
     caught = error
     print(error)

@@ -86,8 +86,9 @@ class UnsoundIdentityError(EqsatError, AssertionError):
         super().__init__("\n".join(lines))
 
 
-def check_identity(identity: Identity, examples: int = 200) -> None:
-    """Check `identity` on `examples` hypothesis draws of (fired instance, dtype, inputs).
+def check_identity(identity: Identity, examples: int = 200, derandomize: bool = False) -> None:
+    """Check `identity` on `examples` hypothesis draws of (fired instance, dtype, inputs);
+    `derandomize` draws the same examples on every run (a reproducible counterexample).
 
     It requires: the identity's sides are tensor terms (`TExpr`), and its left side has
     well-shaped instances the rule fires on (see the module docstring).
@@ -96,7 +97,7 @@ def check_identity(identity: Identity, examples: int = 200) -> None:
     """
     fired = fired_instances(identity)
 
-    @settings(max_examples=examples, deadline=None, database=None)
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=derandomize)
     @given(
         index=st.integers(0, len(fired) - 1),
         dtype=st.sampled_from(["float32", "float64"]),
