@@ -71,5 +71,6 @@ def run_demo() -> None:
     _show("row softmax, 1024x1024", softmax, lambda: softmax(sa), numpy_softmax, softmax_seconds)
     print(
         "threads: eqsat uses OpenMP on the loops it marks parallel; numpy uses OpenBLAS's "
-        "default thread count (unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE)."
+        "default thread count (unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE; "
+        "OPENBLAS_THREAD_TIMEOUT=4, so its idle threads sleep instead of yielding)."
     )
