@@ -6,9 +6,10 @@ best = eqsat.optimize(y)                         # the same stages without build
 
 from __future__ import annotations
 
+import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from egglog import EGraph
@@ -24,9 +25,9 @@ from eqsat.frontend import Tensor
 from eqsat.pretty import format_loops, format_tensor
 from eqsat.progress import Progress
 from eqsat.saturate import Limits, SaturationReport, saturate
-from eqsat.terms import LoopProgram, Term, to_egglog, to_term
+from eqsat.terms import Arg, LoopProgram, Term, to_egglog, to_term
 from extract.calibrate import calibrated_host
-from extract.extractor import SerializedGraph
+from extract.extractor import NodeCost, SerializedGraph
 from extract.loop_cost import Estimate, LoopCost
 from extract.machine import Machine
 from extract.tensor_cost import TensorCost
@@ -49,12 +50,18 @@ ALGEBRA_SLACK = 2.0
 CANDIDATES_UP_TO_NODES = 10_000
 
 
+# Spreads (sigma of the log) of the random factors of perturbed extractions (`candidates`).
+PERTURBATION_SPREADS = (0.3, 1.0, 3.0)
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """One loop program the kernel e-graph holds, and the cost model's predicted cycles."""
+    """One loop program the kernel e-graph holds, the cost model's predicted cycles, and how it
+    was drawn ("best", "sampled" or "perturbed": `Optimized.candidates`)."""
 
     program: LoopProgram
     predicted: float
+    source: str
 
 
 @dataclass(frozen=True)
@@ -65,51 +72,64 @@ class Optimized:
     chosen: tuple[Term, ...]  # after algebra + stage-1 extraction
     canonical: LoopProgram  # the lowering of `chosen`
     program: LoopProgram  # the loop nest extracted from stage 2
-    cost: float  # predicted cycles of `program`
+    estimate: Estimate  # the cost model's prediction for `program`, and what it is made of
     canonical_cost: float
     stages: tuple[SaturationReport, SaturationReport]
     machine: Machine
-    forms: tuple[tuple[str, float], ...] = ()  # each algebraic form scheduled, predicted cycles
-    estimate: Estimate | None = None  # the cost model's breakdown of `cost`
-    extracted: Term | None = None  # `program.body` as extracted, before temporaries contract
-    algebra_graph: SerializedGraph | None = field(default=None, compare=False, repr=False)
-    loop_graph: SerializedGraph | None = field(default=None, compare=False, repr=False)
+    forms: tuple[tuple[str, float], ...]  # each algebraic form scheduled, predicted cycles
+    extracted: Term  # `program.body` as extracted, before temporaries contract
+    algebra_graph: SerializedGraph = field(compare=False, repr=False)
+    loop_graph: SerializedGraph = field(compare=False, repr=False)
+
+    @property
+    def cost(self) -> float:
+        """Predicted cycles of `program`."""
+        return self.estimate.cycles
 
     def draw(self, stage: str = "loops", max_classes: int = 40) -> EGraphPicture:
         """A picture of the e-graph of `stage` ("algebra" or "loops": the chosen form's kernel
         e-graph), the chosen term highlighted (`eqsat.draw_egraph`)."""
         if stage == "algebra":
             graph, chosen = self.algebra_graph, list(self.chosen)
-        elif stage == "loops" and self.extracted is not None:
+        elif stage == "loops":
             graph, chosen = self.loop_graph, [self.extracted]
         else:
             raise ValueError(f"unknown stage {stage!r}; expected 'algebra' or 'loops'")
-        assert graph is not None, "built by optimize()"
         return draw_egraph(graph, max_classes=max_classes, chosen=chosen)
 
-    def candidates(self, best: int, *, sampled: int = 0, seed: int = 0) -> list[Candidate]:
-        """Distinct loop programs of the chosen form's kernel e-graph, each with its predicted
-        cycles: the `best` cheapest under the cost model, then up to `sampled` more drawn at
-        random (`extract_random` with `seed`), which reach the slow corners of the e-graph too.
-        The first candidate is `program`. Temporaries are contracted as in `program`."""
-        assert self.loop_graph is not None, "built by optimize()"
+    def candidates(
+        self, best: int, *, sampled: int = 0, perturbed: int = 0, seed: int = 0
+    ) -> list[Candidate]:
+        """Distinct loop programs of the chosen form's kernel e-graph with their predicted
+        cycles, temporaries contracted as in `program`, which comes first:
+        - up to `best` the cheapest under the cost model (source "best");
+        - then random extractions (`extract_random`, "sampled"), which reach the slow corners,
+          up to `best + sampled` programs in all;
+        - then extractions under the cost times a random log-normal factor per e-node
+          ("perturbed"), which land in between, up to `best + sampled + perturbed`.
+        Random draws repeat, so each source gets a bounded number of tries and may fall short."""
         graph, root = self.loop_graph, self.loop_graph.root(ROOT)
         cost = LoopCost(self.machine, self.program.dtype)
-        bodies = {self.extracted: self.cost} if self.extracted is not None else {}
-        for body, predicted in graph.extract_top(root, cost, max(best, CANDIDATES_PER_CLASS)):
-            if len(bodies) >= best:
-                break
-            bodies.setdefault(body, predicted)
         rng = random.Random(seed)
-        for _ in range(sampled * 4):  # random draws repeat; a bounded number of tries
-            if len(bodies) >= best + sampled:
-                break
-            body = graph.extract_random(root, rng)
-            bodies.setdefault(body, cost.estimate(body).cycles)
-        return [
-            Candidate(self.program.with_body(contract_temporaries(body)), predicted)
-            for body, predicted in bodies.items()
-        ]
+        found = {self.program: Candidate(self.program, self.cost, "best")}
+
+        def add(source: str, goal: int, bodies: Iterable[Term]) -> None:
+            for body in bodies:
+                if len(found) >= goal:
+                    return
+                program = self.program.with_body(contract_temporaries(body))
+                found.setdefault(program, Candidate(program, cost.estimate(body).cycles, source))
+
+        top = graph.extract_top(root, cost, max(best, CANDIDATES_PER_CLASS))
+        add("best", best, (body for body, _ in top))
+        draws = (graph.extract_random(root, rng) for _ in range(4 * sampled))
+        add("sampled", best + sampled, draws)
+        add(
+            "perturbed",
+            best + sampled + perturbed,
+            (graph.extract(root, _perturbed(cost, rng))[0] for _ in range(3 * perturbed)),
+        )
+        return list(found.values())
 
     @property
     def expr(self) -> str:
@@ -134,25 +154,36 @@ class Optimized:
         ]
         return "\n".join(lines)
 
-
     def _prediction(self) -> list[str]:
-        """The predicted time and, when known, what it is made of."""
+        """The predicted time, and what it is made of."""
         clock = self.machine.clock_hz()
-        lines = [
+        estimate = self.estimate
+        fetched = ", ".join(
+            f"{level} {_bytes(amount)}"
+            for level, amount in zip(("L1", "L2", "L3"), estimate.traffic, strict=True)
+        )
+        return [
             f"predicted: {self.cost:,.0f} cycles = {self.cost / clock * 1e3:.3g} ms at "
-            f"{clock / 1e9:.2f} GHz (canonical nest: {self.canonical_cost:,.0f} cycles)"
+            f"{clock / 1e9:.2f} GHz (canonical nest: {self.canonical_cost:,.0f} cycles)",
+            f"  work {_work(self.chosen) / 1e9:.3g} Gflop; compute {estimate.compute:,.0f} cycles "
+            f"a core; bytes fetched into {fetched}; overheads {estimate.overhead:,.0f} cycles "
+            f"(parallel starts) + {estimate.first_touch:,.0f} (page faults of temporaries)",
         ]
-        if self.estimate is not None:
-            fetched = ", ".join(
-                f"{level} {_bytes(amount)}"
-                for level, amount in zip(("L1", "L2", "L3"), self.estimate.traffic, strict=True)
-            )
-            lines.append(
-                f"  work {_work(self.chosen) / 1e9:.3g} Gflop; compute "
-                f"{self.estimate.compute:,.0f} cycles a core; bytes fetched into {fetched}; "
-                f"overheads {self.estimate.overhead:,.0f} cycles"
-            )
-        return lines
+
+
+def _perturbed(cost: NodeCost, rng: random.Random) -> NodeCost:
+    """`cost` times a log-normal factor of a spread drawn from PERTURBATION_SPREADS, the factor
+    drawn once per node (op and children)."""
+    spread = rng.choice(PERTURBATION_SPREADS)
+    factors: dict[tuple[str, tuple[Arg, ...]], float] = {}
+
+    def noisy(op: str, children: Sequence[Arg], child_costs: Sequence[float]) -> float:
+        key = (op, tuple(children))
+        if key not in factors:
+            factors[key] = math.exp(rng.gauss(0, spread))
+        return factors[key] * cost(op, children, child_costs)
+
+    return noisy
 
 
 def _bytes(amount: float) -> str:
@@ -237,11 +268,10 @@ class _Scheduled:
     form: list[Term]
     canonical: LoopProgram
     body: Term  # the extracted nest, before contraction
-    cost: float
+    estimate: Estimate  # of `body`
     canonical_cost: float
     report: SaturationReport
     graph: SerializedGraph
-    estimate: Estimate
 
 
 def _schedule_loops(
@@ -263,17 +293,8 @@ def _schedule_loops(
     (body, predicted), *_ = extraction
     canonical_cost = cost.estimate(canonical.body).cycles
     if predicted > canonical_cost:  # a deadline's best-so-far can be worse than the start
-        body, predicted = canonical.body, canonical_cost
-    return _Scheduled(
-        form,
-        canonical,
-        body,
-        predicted,
-        canonical_cost,
-        report,
-        graph,
-        cost.estimate(body),
-    )
+        body = canonical.body
+    return _Scheduled(form, canonical, body, cost.estimate(body), canonical_cost, report, graph)
 
 
 def optimize(
@@ -306,18 +327,19 @@ def optimize(
         )
         if scheduled[-1].report.stop_reason != "saturated":
             break  # a stage that hit its limits leaves no budget for another form
-    best = min(scheduled, key=lambda candidate: candidate.cost)
+    best = min(scheduled, key=lambda candidate: candidate.estimate.cycles)
     return Optimized(
         tuple(original),  # type: ignore[arg-type]
         tuple(best.form),
         best.canonical,
         best.canonical.with_body(contract_temporaries(best.body)),
-        best.cost,
+        best.estimate,
         best.canonical_cost,
         (algebra_report, best.report),
         machine,
-        tuple(("; ".join(format_tensor(t) for t in c.form), c.cost) for c in scheduled),
-        best.estimate,
+        tuple(
+            ("; ".join(format_tensor(t) for t in c.form), c.estimate.cycles) for c in scheduled
+        ),
         best.body,
         algebra_graph,
         best.graph,

@@ -20,7 +20,6 @@ small, untiled nests).
 from __future__ import annotations
 
 import math
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -29,24 +28,18 @@ from functools import partial
 import numpy as np
 
 import eqsat
-from eqsat.api import Candidate, Optimized, build
+from eqsat.api import build
 from eqsat.interp import evaluate
 from eqsat.measure import agreement, interleaved_medians, random_inputs
 from eqsat.pretty import format_loops
-from eqsat.terms import Arg
 from extract.calibrate import calibrated_host
-from extract.extractor import NodeCost
-from extract.loop_cost import LoopCost
 from extract.machine import Machine
-from rewrites.contraction import contract_temporaries
-from rewrites.schedule import ROOT
 
 SPEARMAN_GOAL = 0.8
 REGRET_GOAL = 1.10
 TOP = 10  # the model's cheapest candidates, for the second Spearman figure
 # Spread (standard deviation of the log) of the random factor on each e-node's cost; one is
 # drawn per perturbed extraction, so they land near the model's choice and far from it.
-PERTURBATION_SPREADS = (0.3, 1.0, 3.0)
 ROUNDS = 15  # timed rounds at most
 WORKLOAD_SECONDS = 20.0  # of timing per workload; past it, MIN_ROUNDS suffice
 CANDIDATE_SECONDS = 0.3  # of timing per candidate once it has MIN_ROUNDS samples
@@ -193,53 +186,6 @@ def top_spearman(predicted: Sequence[float], measured: Sequence[float], top: int
 # ---------------------------------------------------------------- candidates
 
 
-def perturbed_candidates(
-    optimized: Optimized, count: int, seed: int, known: Sequence[Candidate] = ()
-) -> list[Candidate]:
-    """Up to `count` more distinct programs of `optimized`'s kernel e-graph (none of `known`),
-    each the cheapest under the cost model times a random factor per e-node.
-
-    It requires: `optimized` comes from `eqsat.optimize` (it keeps its kernel e-graph)."""
-    assert optimized.loop_graph is not None, "built by eqsat.optimize()"
-    graph, root = optimized.loop_graph, optimized.loop_graph.root(ROOT)
-    cost = LoopCost(optimized.machine, optimized.program.dtype)
-    rng = random.Random(seed)
-    seen = {candidate.program for candidate in known}
-    found: list[Candidate] = []
-    for _ in range(count * 3):  # perturbed draws repeat too; a bounded number of tries
-        if len(found) >= count:
-            break
-        body, _ = graph.extract(root, _perturbed(cost, rng.choice(PERTURBATION_SPREADS), rng))
-        program = optimized.program.with_body(contract_temporaries(body))
-        if program not in seen:
-            seen.add(program)
-            found.append(Candidate(program, cost.estimate(body).cycles))
-    return found
-
-
-def _perturbed(cost: NodeCost, spread: float, rng: random.Random) -> NodeCost:
-    """`cost` times a log-normal factor of `spread`, drawn once per node (op and children)."""
-    factors: dict[tuple[str, tuple[Arg, ...]], float] = {}
-
-    def noisy(op: str, children: Sequence[Arg], child_costs: Sequence[float]) -> float:
-        key = (op, tuple(children))
-        if key not in factors:
-            factors[key] = math.exp(rng.gauss(0, spread))
-        return factors[key] * cost(op, children, child_costs)
-
-    return noisy
-
-
-def candidates(optimized: Optimized, mix: Mix, seed: int = 0) -> list[tuple[str, Candidate]]:
-    """Up to `mix.total` distinct candidates of `optimized` labelled by source, the model's pick
-    first; perturbed extractions make up for repeated random ones."""
-    listed = optimized.candidates(mix.best, sampled=mix.sampled, seed=seed)
-    extra = perturbed_candidates(optimized, mix.total - len(listed), seed, listed)
-    return [
-        ("best" if k < mix.best else "sampled", candidate) for k, candidate in enumerate(listed)
-    ] + [("perturbed", candidate) for candidate in extra]
-
-
 # ---------------------------------------------------------------- the check
 
 
@@ -282,7 +228,10 @@ def _build_and_check(
     (original,) = optimized.original
     want = evaluate(original, {name: a.astype(np.float64) for name, a in inputs.items()})
     kernels: dict[int, Callable[[], object]] = {}
-    for k, (source, candidate) in enumerate(candidates(optimized, mix)):
+    listed = optimized.candidates(
+        mix.best, sampled=mix.sampled, perturbed=mix.perturbed, seed=0
+    )
+    for k, candidate in enumerate(listed):
         nest = format_loops(candidate.program.body)
         problem = None
         try:
@@ -297,8 +246,10 @@ def _build_and_check(
             problem = f"FAILED: {type(error).__name__}: {str(error)[:200]}"
             check.failed += 1
         if problem is not None:
-            report(f"!! {workload.name} candidate {k} ({source}): {problem}\n{nest}")
-        check.candidates.append(Measured(source, candidate.predicted, None, problem, nest))
+            report(f"!! {workload.name} candidate {k} ({candidate.source}): {problem}\n{nest}")
+        check.candidates.append(
+            Measured(candidate.source, candidate.predicted, None, problem, nest)
+        )
     return kernels
 
 
@@ -306,14 +257,15 @@ def _figures(check: Check, kernels: Mapping[int, Callable[[], object]], repeats:
     """Spearman figures and regret of the timed candidates of `check`. The model's pick and the
     fastest are timed again head to head for the regret: the least of many noisy medians is
     biased low, most of all among candidates that run the same code."""
-    timed = [k for k, m in enumerate(check.candidates) if m.seconds is not None]
+    timed = {k: m.seconds for k, m in enumerate(check.candidates) if m.seconds is not None}
     if not timed:
         return
     predicted = [check.candidates[k].predicted for k in timed]
-    seconds = [check.candidates[k].seconds or 0.0 for k in timed]
+    seconds = list(timed.values())
     check.spearman = _finite(spearman(predicted, seconds))
     check.top_spearman = _finite(top_spearman(predicted, seconds))
-    pick, fastest = timed[int(np.argmin(predicted))], timed[int(np.argmin(seconds))]
+    indices = list(timed)
+    pick, fastest = indices[int(np.argmin(predicted))], indices[int(np.argmin(seconds))]
     duel = interleaved_medians({k: kernels[k] for k in (pick, fastest)}, repeats, DUEL_SECONDS)
     check.regret = regret(
         [check.candidates[k].predicted for k in (pick, fastest)], [duel[pick], duel[fastest]]
@@ -336,8 +288,9 @@ def predicted_vs_measured(
     """Run the check (every workload, or those named in `only`) and return, per workload, the
     (predicted cycles, measured seconds) of every correct candidate, for plotting."""
     mix = QUICK_MIX if quick else FULL_MIX
+    machine = machine or calibrated_host()
     return {
-        workload.name: check_workload(workload, machine or calibrated_host(), mix).pairs()
+        workload.name: check_workload(workload, machine, mix).pairs()
         for workload in workloads(quick)
         if only is None or workload.name in only
     }

@@ -75,6 +75,10 @@ def test_calibration_of_a_tiny_workload_gives_finite_figures() -> None:
         assert candidate.seconds is not None and 0 < candidate.seconds < math.inf
     assert check.spearman is not None and -1 <= check.spearman <= 1
     assert check.regret is not None and check.regret >= 1
+    assert check.regret == pytest.approx(check.pick_seconds / check.fastest_seconds)
+    assert check.met == (
+        check.spearman >= model_check.SPEARMAN_GOAL and check.regret <= model_check.REGRET_GOAL
+    )
     assert isinstance(check.met, bool)
     row = model_check.format_check(check)
     assert row.split()[:2] == ["matmul", str(len(check.candidates))]
