@@ -26,6 +26,7 @@ from typing import Any
 import cffi
 
 from eqsat.errors import CompileError
+from extract.machine import cpu_flags
 
 # Bump when the emitted code or the build changes in a way the other key parts do not capture.
 CODEGEN_VERSION = 2
@@ -36,11 +37,6 @@ CODEGEN_VERSION = 2
 BASE_FLAGS = (
     "-O3", "-std=c11", "-fPIC", "-shared", "-fno-math-errno", "-fno-tree-vectorize", "-fopenmp"
 )
-
-# OpenMP threads that wait by spinning lose whole scheduler ticks (4 ms) on a shared machine
-# when another process holds a core: every parallel kernel then took 8-16 ms, whatever its size.
-# Set before libgomp loads with the first kernel; a value the user set is kept.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # Loading a library built with these turns on flush-to-zero for the whole Python process.
 FORBIDDEN_FLAGS = frozenset({"-ffast-math", "-Ofast", "-funsafe-math-optimizations"})
@@ -101,11 +97,11 @@ def build_library(c_source: str, cdef: str, flags: Sequence[str]) -> Library:
         library = _loaded.get(so_path)
     if library is not None:
         return library
-    with _file_lock(directory / f"{key}.lock"):
+    with file_lock(directory / f"{key}.lock"):
         library = _load_entry(ffi, so_path)
         if library is None:
             _compile(c_source, flags, directory, key)
-            library = Library(ffi, ffi.dlopen(str(so_path)), so_path, cache_hit=False)
+            library = Library(ffi, _dlopen(ffi, so_path), so_path, cache_hit=False)
     with _loaded_lock:
         return _loaded.setdefault(so_path, library)
 
@@ -137,16 +133,12 @@ def _gcc_version() -> str:
 
 @functools.cache
 def _cpu_flags() -> str:
-    """The `flags` line of /proc/cpuinfo; empty where there is none."""
-    with suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
-        for line in cpuinfo:
-            if line.startswith("flags"):
-                return line.strip()
-    return ""
+    """The CPU's flags (`extract.machine.cpu_flags`), sorted and space-separated; read once."""
+    return " ".join(sorted(cpu_flags()))
 
 
 @contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
     """Hold an exclusive `flock` on `path` (created if needed) for the duration of the block."""
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -169,9 +161,18 @@ def _load_entry(ffi: cffi.FFI, so_path: Path) -> Library | None:
     if hashlib.sha256(so_bytes).hexdigest() != recorded:
         return None
     try:
-        return Library(ffi, ffi.dlopen(str(so_path)), so_path, cache_hit=True)
+        return Library(ffi, _dlopen(ffi, so_path), so_path, cache_hit=True)
     except OSError:
         return None
+
+
+def _dlopen(ffi: cffi.FFI, so_path: Path) -> Any:
+    """`ffi.dlopen(so_path)`, with the OpenMP environment set first (see below)."""
+    # OpenMP threads that wait by spinning lose whole scheduler ticks (4 ms) on a shared machine
+    # when another process holds a core: every parallel kernel then took 8-16 ms, whatever its
+    # size. Set before libgomp loads with the first kernel; a value the user set is kept.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return ffi.dlopen(str(so_path))
 
 
 def _compile(c_source: str, flags: Sequence[str], directory: Path, key: str) -> None:
@@ -180,7 +181,7 @@ def _compile(c_source: str, flags: Sequence[str], directory: Path, key: str) -> 
     It requires: the caller holds the entry's lock.
     """
     c_path = directory / f"{key}.c"
-    _write_atomically(c_path, c_source.encode())
+    write_atomically(c_path, c_source.encode())
     fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f"{key}.", suffix=".so.tmp")
     os.close(fd)
     command = ["gcc", *BASE_FLAGS, *flags, "-o", tmp_name, str(c_path), "-lm"]
@@ -196,10 +197,10 @@ def _compile(c_source: str, flags: Sequence[str], directory: Path, key: str) -> 
     finally:
         with suppress(FileNotFoundError):
             os.unlink(tmp_name)
-    _write_atomically(directory / f"{key}.sha256", hashlib.sha256(so_bytes).hexdigest().encode())
+    write_atomically(directory / f"{key}.sha256", hashlib.sha256(so_bytes).hexdigest().encode())
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes) -> None:
     """Replace `path` by a file holding `data`; readers see the old or the new file, never half."""
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".tmp")
     try:

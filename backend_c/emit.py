@@ -22,6 +22,7 @@ from eqsat.loops import (
     access_kind,
     axis_extent,
     base_axis,
+    horizontal,
     register_tile,
     split_tile,
     vectorizable,
@@ -201,10 +202,10 @@ class _Emitter:
             case "Stmt.accumulate":
                 target = self.element(str(a[0]), a[1])  # type: ignore[arg-type]
                 value = self.scalar(a[3])  # type: ignore[arg-type]
-                if a[2] == "sum":
+                if a[2] == "sum":  # the compound form: `t += v`, not `t = t + v`
                     self.line(f"{target} += {value};")
                 else:
-                    self.line(f"{target} = fmax{self.suffix}({target}, {value});")
+                    self.line(f"{target} = {self.scalar_combine(str(a[2]), target, value)};")
             case "Stmt.alloc":
                 name, shape = _identifier(str(a[0])), tuple(a[1])  # type: ignore[arg-type]
                 self.shapes[name] = shape  # type: ignore[assignment]
@@ -315,8 +316,11 @@ class _Emitter:
         return self.vector.combine(op, acc, self.vector_scalar(value, base, None))
 
     def scalar_update(self, op: str, acc: str, value: Term) -> str:
-        v = self.scalar(value)
-        return f"{acc} + {v}" if op == "sum" else f"fmax{self.suffix}({acc}, {v})"
+        return self.scalar_combine(op, acc, self.scalar(value))
+
+    def scalar_combine(self, op: str, acc: str, value: str) -> str:
+        """C expression of `acc op value` for an accumulate's op ("sum" or "max")."""
+        return f"{acc} + {value}" if op == "sum" else f"fmax{self.suffix}({acc}, {value})"
 
     def vector_loop(self, axis: Term, body: Term) -> None:
         """SIMD loop: full vectors, then a masked vector (AVX-512) or scalar (AVX2) tail."""
@@ -327,13 +331,13 @@ class _Emitter:
         var, extent, lanes = axis_var(axis), axis_extent(axis), vector.lanes
         buffer, target, value = str(body.args[0]), body.args[1], body.args[-1]
         assert isinstance(target, Term) and isinstance(value, Term)
-        horizontal = body.op == "Stmt.accumulate" and access_kind(target, base) == "uniform"
+        reduction = horizontal(axis, body)
         op = str(body.args[2]) if body.op == "Stmt.accumulate" else "store"
         self.line("{")
         self.depth += 1
         self.line(f"int64_t {var} = 0;")
-        chains = HORIZONTAL_CHAINS if horizontal and extent >= HORIZONTAL_CHAINS * lanes else 1
-        if horizontal:
+        chains = HORIZONTAL_CHAINS if reduction and extent >= HORIZONTAL_CHAINS * lanes else 1
+        if reduction:
             identity = vector.broadcast(self.literal(0.0 if op == "sum" else -math.inf))
             self.line(f"{vector.vtype} acc = {identity};")
             for chain in range(1, chains):
@@ -346,7 +350,7 @@ class _Emitter:
             else:
                 v = self.vector_scalar(value, base, mask)
                 update = partial(vector.combine, op, value=v, mask=mask)
-            if horizontal:
+            if reduction:
                 self.line(f"acc = {update('acc')};")
                 return
             pointer = f"&{self.element(buffer, target)}"
@@ -379,14 +383,9 @@ class _Emitter:
             self.depth -= 1
             self.line("}")
         self.scope.pop()
-        if horizontal:
+        if reduction:
             target_element = self.element(buffer, target)
-            reduced = vector.reduce(op, "acc")
-            combined = (
-                f"{target_element} + {reduced}"
-                if op == "sum"
-                else f"fmax{self.suffix}({target_element}, {reduced})"
-            )
+            combined = self.scalar_combine(op, target_element, vector.reduce(op, "acc"))
             self.line(f"{target_element} = {combined};")
         if not vector.masked_tail and extent % lanes:
             self.line(f"for (; {var} < {extent}; ++{var}) {{")

@@ -111,6 +111,7 @@ class Kernel:
         self._function = getattr(library.lib, symbol)
         self._c_array_type = f"{C_TYPES[dtype]}[]"
         self._inputs = tuple(inputs)
+        self._input_names = names
         self._outputs = tuple(outputs)
         self._dtype = dtype
         self._numpy_dtype = np.dtype(dtype)
@@ -123,7 +124,7 @@ class Kernel:
     @property
     def input_names(self) -> tuple[str, ...]:
         """Names of the inputs, in positional order."""
-        return tuple(spec.name for spec in self._inputs)
+        return self._input_names
 
     @property
     def c_source(self) -> str:
@@ -175,7 +176,7 @@ class Kernel:
 
     def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[TensorSpec, Any]]:
         """Pair every input spec with its argument, or raise TypeError naming the culprit."""
-        names = self.input_names
+        names = self._input_names
         if len(args) > len(names):
             raise TypeError(
                 f"kernel takes {len(names)} inputs {names} but {len(args)} positional "

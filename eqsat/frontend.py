@@ -194,7 +194,7 @@ class Tensor:
         return matmul(self, other)
 
     def __rmatmul__(self, other: object) -> Tensor:
-        return matmul(_require(other, "matmul"), self)
+        return matmul(other, self)  # type: ignore[arg-type]  # matmul refuses a non-Tensor
 
     @property
     def T(self) -> Tensor:

@@ -157,13 +157,12 @@ def saturate(
         fired = _rule_matches(run)
         report.matches.update(fired)
         _check_tripwires(egraph, report, fired)
-        if progress is not None:
+        if progress is not None or not run.updated:
             report.nodes, report.seconds = term_nodes(egraph), time.perf_counter() - start
+        if progress is not None:
             progress(report)
         if not run.updated:
             report.stop_reason = "saturated"
-            report.nodes = term_nodes(egraph)
-            report.seconds = time.perf_counter() - start
             break
         facts_pending = facts is not None
     return report

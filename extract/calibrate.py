@@ -19,11 +19,9 @@ stale or corrupt file is measured again (under a file lock, so concurrent proces
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
@@ -32,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from backend_c.build import Library, build_library, cache_dir
+from backend_c.build import Library, build_library, cache_dir, file_lock, write_atomically
 from backend_c.isa import GCC_FLAGS
 from extract.machine import (
     DTYPES,
@@ -238,14 +236,12 @@ def calibrated(
     cached = _read(path, key, machine)
     if cached is not None:
         return cached
-    with open(path.with_suffix(".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+    with file_lock(path.with_suffix(".lock")):
         cached = _read(path, key, machine)  # another process may have measured meanwhile
         if cached is None:
             cached = measure(machine)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"key": key, "cpu": cpu_model(), **asdict(cached)}))
-            os.replace(tmp, path)
+            record = {"key": key, "cpu": cpu_model(), **asdict(cached)}
+            write_atomically(path, json.dumps(record).encode())
     return cached
 
 

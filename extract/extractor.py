@@ -90,8 +90,9 @@ class SerializedGraph:
     def __init__(self, egraph: EGraph) -> None:
         self.classes, self.lets = _read(egraph)
 
-    @property
+    @cached_property
     def size(self) -> int:
+        """Constructor nodes in the graph (`classes` is never changed after reading)."""
         return sum(len(nodes) for nodes in self.classes.values())
 
     def root(self, let_name: str) -> str:

@@ -33,6 +33,7 @@ from eqsat.loops import (
     axis_extent,
     base_axis,
     depends_on,
+    horizontal,
     loads_in,
     pieces_of,
     register_tile,
@@ -80,9 +81,6 @@ class Estimate:
         terms = [self.compute, *memory]
         limit = max(terms)
         return limit + OVERLAP_PENALTY * (sum(terms) - limit) + self.overhead + self.first_touch
-
-    def __float__(self) -> float:
-        return self.cycles
 
 
 @dataclass(frozen=True)
@@ -215,10 +213,9 @@ class LoopCost:
         return _Statement(parallel, sizes)
 
     def horizontal_saving(self, axis: Term, body: Term) -> float:
-        """A vector reduction into one element keeps its partial sums in a register."""
-        target = body.args[1]
-        assert isinstance(target, Term)
-        if body.op == "Stmt.accumulate" and not depends_on(target, axis):
+        """A horizontal reduction (`eqsat.loops.horizontal`, the emitter's own test) keeps its
+        partial results in registers: no load and store of the element per step."""
+        if horizontal(axis, body):
             return 1 / LOADS_PER_CYCLE + 1 / STORES_PER_CYCLE
         return 0.0
 

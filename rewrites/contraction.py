@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from eqsat.loops import ACCESS_OPS, row_loop_of, top_statements
 from eqsat.terms import Term, index_items, index_list
+from rewrites.lowering import seq
 
 
 def contract_temporaries(body: Term) -> Term:
@@ -46,9 +47,7 @@ def contract_temporaries(body: Term) -> Term:
             row_index = Term("Index.axis", (Term("Axis.inner", axis.args),))
         block = Term("Stmt.alloc", (name, (rows, *shape[1:]), _reindex(inner, name, row_index)))
         statements[statements.index(row_loop)] = Term("Stmt.loop", (axis, kind, block))
-    result = statements[-1]
-    for statement in reversed(statements[:-1]):
-        result = Term("Stmt.seq", (statement, result))
+    result = seq(statements)
     for name, shape in reversed(kept):
         result = Term("Stmt.alloc", (name, shape, result))
     return result

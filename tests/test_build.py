@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from backend_c.abi import prototype
-from backend_c.build import Library, build_library, cache_dir
+from backend_c.build import Library, build_library, cache_dir, write_atomically
 from eqsat.errors import CompileError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -242,3 +242,40 @@ def test_cache_dir_reads_environment_each_call(
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert cache_dir() == tmp_path / "home" / ".cache" / "eqsat"
+
+
+@pytest.mark.parametrize("user_value", [None, "ACTIVE"])
+def test_omp_wait_policy_is_set_when_a_library_loads_not_on_import(
+    cache: Path, user_value: str | None
+) -> None:
+    source, cdef = axpy_source("axpy_wait_policy")
+    script = (
+        "import os\n"
+        "import backend_c.build as build\n"
+        "print(os.environ.get('OMP_WAIT_POLICY'))\n"
+        f"build.build_library({source!r}, {cdef!r}, [])\n"
+        "print(os.environ.get('OMP_WAIT_POLICY'))\n"
+    )
+    env = {**os.environ, "EQSAT_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO_ROOT)}
+    env.pop("OMP_WAIT_POLICY", None)
+    if user_value is not None:
+        env["OMP_WAIT_POLICY"] = user_value
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    on_import, after_load = result.stdout.split()
+    assert on_import == str(user_value)  # importing the module changes nothing
+    assert after_load == (user_value or "PASSIVE")  # a value the user set is kept
+
+
+def test_write_atomically_replaces_the_file_and_leaves_no_tmp_on_failure(tmp_path: Path) -> None:
+    path = tmp_path / "entry.json"
+    write_atomically(path, b"old")
+    write_atomically(path, b"new")
+    assert path.read_bytes() == b"new"
+    directory = tmp_path / "a_directory"
+    (directory / "inside").mkdir(parents=True)  # os.replace cannot put a file over it
+    with pytest.raises(OSError):
+        write_atomically(directory, b"data")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_directory", "entry.json"]

@@ -104,10 +104,12 @@ def test_a_corrupt_cache_file_is_measured_again(
 
 
 def test_machine_takes_a_fake_calibration() -> None:
-    fake = FakeMeasure()(MACHINE)
+    fake, twin = FakeMeasure()(MACHINE), FakeMeasure()(MACHINE)
+    assert twin is not fake and twin.peak_flops is not fake.peak_flops  # equal, not the same
     machine = replace(MACHINE, calibration=fake)
     assert machine.with_isa("avx2").calibration is fake
-    assert hash(machine) == hash(replace(MACHINE, calibration=fake))
+    equal = replace(MACHINE, calibration=twin)
+    assert machine == equal and hash(machine) == hash(equal)
 
 
 def test_host_calibration_is_positive_and_gives_the_clock() -> None:
@@ -119,7 +121,5 @@ def test_host_calibration_is_positive_and_gives_the_clock() -> None:
     for table in (calibration.peak_flops, calibration.bandwidth):
         assert all(value > 0 for row in table.values() for value in row.values())
     assert calibrated_host().calibration == calibration  # from the cache this time
-    flops_per_cycle = 2 * 2 * machine.lanes("float32")  # two FMA ports, 2 flops a lane
-    assert machine.clock_hz() == pytest.approx(
-        calibration.peak_flops["float32"][1] / flops_per_cycle
-    )
+    assert machine.clock_hz() == calibration.clock_hz
+    assert 0.3e9 < machine.clock_hz() < 10e9  # a plausible clock, even on a loaded machine

@@ -68,6 +68,7 @@ def test_kernel_positional_keyword_and_mixed_calls(dtype: str) -> None:
 def test_kernel_properties_and_repr() -> None:
     kernel = axpy_kernel()
     assert kernel.input_names == ("x", "y")
+    assert kernel.input_names is kernel.input_names  # built once, not on every call
     assert kernel.dtype == "float32"
     assert "out0[i] = in0[i] + 2 * in1[i]" in kernel.c_source
     assert kernel.explain() == "explanation text"
