@@ -21,23 +21,20 @@ several rows. The output depends only on the graph: the same e-graph gives a byt
 
 from __future__ import annotations
 
-import html
 import json
 import math
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from egglog import EGraph
 
+from eqsat.svg import FONT_SIZE, SvgPicture, escape, px, svg_document, svg_text, text_width
 from eqsat.terms import Arg, Term
 from extract.extractor import SerializedGraph
 
 # ---------------------------------------------------------------- geometry (pixels) and colours
 
-FONT_SIZE = 11
-CHAR_WIDTH = 6.7  # of a monospace font at FONT_SIZE
 MAX_LABEL_CHARS = 26  # per line of a node label; longer text ends in "…"
 NODES_PER_ROW = 4  # inside an e-class box
 NODE_HEIGHT = 32  # two lines: the op, then its literal arguments
@@ -61,13 +58,13 @@ MORE = "more:"  # key prefix of a truncation marker's box
 
 
 @dataclass(frozen=True)
-class EGraphPicture:
-    """An SVG picture of (part of) an e-graph, and how much of it is shown.
+class EGraphPicture(SvgPicture):
+    """An SVG picture of (part of) an e-graph (`svg`, `_repr_svg_`, `save`), and how much of it
+    is shown.
 
     The totals count the e-graph's term e-classes and e-nodes (literal classes are drawn inline
     and not counted)."""
 
-    svg: str
     shown_classes: int
     total_classes: int
     shown_nodes: int
@@ -76,14 +73,6 @@ class EGraphPicture:
     @property
     def summary(self) -> str:
         return _summary(self.shown_classes, self.total_classes, self.shown_nodes, self.total_nodes)
-
-    def _repr_svg_(self) -> str:
-        return self.svg
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the picture as an .svg file (UTF-8)."""
-        with open(path, "w", encoding="utf-8") as file:
-            file.write(self.svg)
 
 
 def draw_egraph(
@@ -334,6 +323,10 @@ class _Layout:
             cid: [_node_label(node.op, node.literal, node.children, values) for node in nodes]
             for cid, nodes in ((cid, graph.classes[cid]) for cid in shown)
         }
+        self.rows = {  # the widths of each class's nodes, NODES_PER_ROW to a row
+            cid: _rows([_label_width(label) for label in labels])
+            for cid, labels in self.labels.items()
+        }
         self.boxes = {cid: self._class_box(cid, depth) for cid, depth in shown.items()}
         for cid, count in hidden.items():
             width = text_width(_more_text(count)) + 2 * NODE_PAD
@@ -343,7 +336,7 @@ class _Layout:
         self.origins = {cid: self._node_origins(cid) for cid in shown}
 
     def _class_box(self, cid: str, depth: int) -> _Box:
-        rows = _rows([_label_width(label) for label in self.labels[cid]])
+        rows = self.rows[cid]
         inner = max([_row_width(row) for row in rows] + [text_width(self._header(cid))])
         height = CLASS_HEADER + len(rows) * (NODE_HEIGHT + NODE_GAP) - NODE_GAP + CLASS_PAD
         return _Box(cid, depth, inner + 2 * CLASS_PAD, height)
@@ -410,7 +403,7 @@ class _Layout:
         """Top-left corners of the nodes of e-class `cid`, rows centred in its box."""
         box = self.boxes[cid]
         origins = []
-        for number, row in enumerate(_rows([_label_width(lb) for lb in self.labels[cid]])):
+        for number, row in enumerate(self.rows[cid]):
             x = box.x + (box.width - _row_width(row)) / 2
             y = box.y + CLASS_HEADER + number * (NODE_HEIGHT + NODE_GAP)
             for width in row:
@@ -423,11 +416,6 @@ class _Layout:
     def render(self, title: str) -> str:
         width = max(self.width, text_width(title) * (FONT_SIZE + 1) / FONT_SIZE + 2 * MARGIN)
         parts = [
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="{px(width)}" '
-            f'height="{px(self.height)}" viewBox="0 0 {px(width)} {px(self.height)}" '
-            f'font-family="monospace" font-size="{FONT_SIZE}">',
-            f"<title>{escape(title)}</title>",
-            '<rect width="100%" height="100%" fill="#ffffff"/>',
             f'<text class="caption" x="{MARGIN}" y="{MARGIN + FONT_SIZE}" '
             f'font-size="{FONT_SIZE + 1}">{escape(title)}</text>',
         ]
@@ -436,7 +424,7 @@ class _Layout:
         parts += [
             self._more_svg(box) if box.more else self._class_svg(box) for box in self.boxes.values()
         ]
-        return "\n".join([*parts, "</svg>"]) + "\n"
+        return svg_document(width, self.height, title, parts)
 
     def _class_svg(self, box: _Box) -> str:
         parts = [
@@ -544,15 +532,6 @@ def _label_svg(label: tuple[str, str], x: float, y: float) -> str:
     return svg_text(first, centre, y + 13) + svg_text(second, centre, y + 26, "#555555")
 
 
-def svg_text(text: str, x: float, y: float, colour: str = "#111111", anchor: str = "middle") -> str:
-    """A <text> element at (x, y), escaped (shared with eqsat.plot, like `escape`, `px` and
-    `text_width`)."""
-    return (
-        f'<text x="{px(x)}" y="{px(y)}" text-anchor="{anchor}" fill="{colour}">'
-        f"{escape(text)}</text>"
-    )
-
-
 def _arrowhead(start: tuple[float, float], tip: tuple[float, float], colour: str) -> str:
     """A small triangle at `tip`, pointing away from `start`."""
     dx, dy = tip[0] - start[0], tip[1] - start[1]
@@ -576,11 +555,6 @@ def _label_width(label: tuple[str, str]) -> float:
     return max(text_width(line) for line in label) + 2 * NODE_PAD
 
 
-def text_width(text: str) -> float:
-    """Pixels `text` takes at FONT_SIZE."""
-    return len(text) * CHAR_WIDTH
-
-
 def _more_text(count: int) -> str:
     return f"… {count} more e-class{'' if count == 1 else 'es'}"
 
@@ -589,13 +563,5 @@ def _shorten(text: str, limit: int = MAX_LABEL_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def escape(text: str) -> str:
-    return html.escape(text, quote=True)
-
-
 def _point(point: tuple[float, float]) -> str:
     return f"{px(point[0])},{px(point[1])}"
-
-
-def px(value: float) -> str:
-    return str(round(value))  # whole pixels: smaller files, and fast

@@ -7,17 +7,16 @@
 Points are coloured by series (one legend entry each, in order of first appearance); a point's
 label, if any, is written beside it, and every point has a tooltip with its coordinates. Axes
 are logarithmic by default, with ticks at powers of ten (and at 2 and 5 times them when the data
-spans less than two decades). The text conventions are those of `eqsat.egraph_view`.
+spans less than two decades). The text conventions are those of `eqsat.svg`.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from eqsat.egraph_view import FONT_SIZE, escape, px, svg_text, text_width
+from eqsat.svg import FONT_SIZE, SvgPicture, escape, px, svg_document, svg_text, text_width
 
 WIDTH, HEIGHT = 560, 380  # of the plotting area and its axes, legend excluded
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 40, 44  # margins around the plotting area
@@ -41,19 +40,10 @@ class Point:
 
 
 @dataclass(frozen=True)
-class ScatterPlot:
-    """An SVG scatter plot and how many points it shows."""
+class ScatterPlot(SvgPicture):
+    """An SVG scatter plot (`svg`, `_repr_svg_`, `save`) and how many points it shows."""
 
-    svg: str
     points: int
-
-    def _repr_svg_(self) -> str:
-        return self.svg
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the plot as an .svg file (UTF-8)."""
-        with open(path, "w", encoding="utf-8") as file:
-            file.write(self.svg)
 
 
 def scatter(
@@ -86,11 +76,6 @@ def scatter(
     width = LEFT + WIDTH + RIGHT + (LEGEND_GAP + SWATCH + 6 + legend_width if legend else 0)
     height = TOP + HEIGHT + BOTTOM
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{px(width)}" height="{px(height)}" '
-        f'viewBox="0 0 {px(width)} {px(height)}" font-family="monospace" '
-        f'font-size="{FONT_SIZE}">',
-        f"<title>{escape(title or 'scatter plot')}</title>",
-        '<rect width="100%" height="100%" fill="#ffffff"/>',
         f'<g transform="translate({LEFT},{TOP})">',
         *x_axis.grid_and_ticks(),
         *y_axis.grid_and_ticks(),
@@ -105,7 +90,7 @@ def scatter(
     ]
     if title:
         parts.append(svg_text(title, LEFT + WIDTH / 2, 14))
-    return ScatterPlot("\n".join([*parts, "</svg>"]) + "\n", len(points))
+    return ScatterPlot(svg_document(width, height, title or "scatter plot", parts), len(points))
 
 
 class _Axis:
@@ -127,7 +112,11 @@ class _Axis:
 
     def pixel(self, value: float) -> float:
         """Where `value` lands (it requires: positive on a logarithmic axis)."""
-        fraction = (self._scale(value) - self.low) / (self.high - self.low)
+        return self.scaled_pixel(self._scale(value))
+
+    def scaled_pixel(self, scaled: float) -> float:
+        """Where the scaled coordinate `scaled` (a log10 on a logarithmic axis) lands."""
+        fraction = (scaled - self.low) / (self.high - self.low)
         return self.start + fraction * (self.end - self.start)
 
     def ticks(self) -> list[float]:
@@ -150,28 +139,23 @@ class _Axis:
         """A grid line, a tick mark and a label per tick."""
         parts = []
         for value in self.ticks():
-            at = px(self.pixel(value))
+            where = self.pixel(value)
+            at = px(where)
             if self.name == "x":
                 parts.append(
                     f'<line class="grid" x1="{at}" y1="0" x2="{at}" y2="{HEIGHT}" '
                     f'stroke="{GRID_COLOUR}"/><line x1="{at}" y1="{HEIGHT}" x2="{at}" '
                     f'y2="{HEIGHT + TICK}" stroke="{AXIS_COLOUR}"/>'
                 )
-                parts.append(svg_text(_tick_text(value), self.pixel(value), HEIGHT + 16))
+                parts.append(svg_text(_tick_text(value), where, HEIGHT + 16))
             else:
                 parts.append(
                     f'<line class="grid" x1="0" y1="{at}" x2="{WIDTH}" y2="{at}" '
                     f'stroke="{GRID_COLOUR}"/><line x1="{-TICK}" y1="{at}" x2="0" y2="{at}" '
                     f'stroke="{AXIS_COLOUR}"/>'
                 )
-                parts.append(
-                    svg_text(_tick_text(value), -TICK - 3, self.pixel(value) + 4, anchor="end")
-                )
+                parts.append(svg_text(_tick_text(value), -TICK - 3, where + 4, anchor="end"))
         return parts
-
-    def value(self, scaled: float) -> float:
-        """The data value at `scaled` (a log10 on a logarithmic axis)."""
-        return 10.0**scaled if self.log else scaled
 
 
 def _tick_text(value: float) -> str:
@@ -183,7 +167,7 @@ def _diagonal(x_axis: _Axis, y_axis: _Axis) -> str:
     low, high = max(x_axis.low, y_axis.low), min(x_axis.high, y_axis.high)
     if low >= high:
         return ""
-    ends = [(x_axis.pixel(x_axis.value(v)), y_axis.pixel(y_axis.value(v))) for v in (low, high)]
+    ends = [(x_axis.scaled_pixel(v), y_axis.scaled_pixel(v)) for v in (low, high)]
     (x1, y1), (x2, y2) = ends
     return (
         f'<line class="diagonal" x1="{px(x1)}" y1="{px(y1)}" x2="{px(x2)}" y2="{px(y2)}" '

@@ -23,7 +23,7 @@ import numpy as np
 from IPython.display import display
 
 import eqsat
-from eqsat.measure import agreement, interleaved_medians
+from eqsat.measure import agreement, interleaved_medians, random_inputs
 
 # %% [markdown]
 # ## The algorithm
@@ -120,10 +120,8 @@ assert best.machine.isa == "scalar" or "fmadd" in excerpt
 # rounds (medians), so that a busy machine slows both alike.
 
 # %%
-rng = np.random.default_rng(0)
-xa = rng.standard_normal((256, 512), dtype=np.float32)
-Wa = rng.standard_normal((512, 256), dtype=np.float32)
-ba = rng.standard_normal(256, dtype=np.float32)
+shapes = {"x": x.shape, "W": W.shape, "b": b.shape}
+xa, Wa, ba = random_inputs(shapes, "float32", np.random.default_rng(0)).values()
 
 
 def numpy_layer(x, W, b):

@@ -21,12 +21,10 @@
 # %%
 import os
 
-import numpy as np
 from IPython.display import display
 
 import eqsat
-from eqsat.api import build
-from eqsat.measure import agreement, interleaved_medians
+from eqsat import model_check
 from eqsat.plot import Point, scatter
 from eqsat.pretty import format_loops
 from eqsat.terms import LoopProgram
@@ -71,27 +69,18 @@ assert lines[0].startswith("for ") and "parallel" in lines[0]
 # overheads of loop iterations and of starting threads. The predicted time is a roofline: the
 # largest of compute and each level's traffic over its bandwidth, plus part of the others.
 # The canonical nest is scalar and reads `B` down its columns: its compute estimate is more
-# than ten times the chosen nest's, and it moves more bytes into L1.
+# than ten times the chosen nest's, and it moves more bytes into L1. The report gives the
+# chosen nest's breakdown; the lines below compare the two nests.
 
 # %%
+print(matmul.report().split("loop nest:")[0])
 cost = LoopCost(matmul.machine, "float32")
-
-
-def breakdown(name: str, program: LoopProgram) -> None:
-    estimate = cost.estimate(program.body)
-    traffic = ", ".join(
-        f"{level} {amount / 1e6:.2f} MB"
-        for level, amount in zip(("L1", "L2", "L3"), estimate.traffic, strict=True)
-    )
-    print(
-        f"{name:9} {estimate.cycles:13,.0f} cycles: compute {estimate.compute:12,.0f}, "
-        f"fetched into {traffic}, overhead {estimate.overhead:,.0f}"
-    )
-
-
-breakdown("canonical", matmul.canonical)
-breakdown("chosen", matmul.program)
 canonical, chosen = cost.estimate(matmul.canonical.body), cost.estimate(matmul.program.body)
+for name, estimate in (("canonical", canonical), ("chosen", chosen)):
+    print(
+        f"{name:9} compute {estimate.compute:12,.0f} cycles a core, "
+        f"{estimate.traffic[0] / 1e6:6.2f} MB fetched into L1"
+    )
 assert canonical.compute > 10 * chosen.compute
 assert canonical.traffic[0] > chosen.traffic[0]
 
@@ -126,44 +115,38 @@ assert "alloc t0[512, 512]" not in format_loops(softmax.program.body)
 # %% [markdown]
 # ## Candidates: predicted against measured
 #
-# `Optimized.candidates(best, sampled=...)` extracts the `best` cheapest distinct nests of the
-# kernel e-graph under the cost model (the first is the chosen one), then random ones, which
-# reach slow corners (untiled, strided, scalar). We build each with `eqsat.api.build`, check
-# it against numpy in float64, and time them all in interleaved rounds (medians). The chosen
-# nest is, by construction, predicted fastest among the candidates; every candidate computes
-# the same result.
+# `eqsat.model_check.check_workload` (the cost-model check of notebook 5) optimizes a workload
+# again and takes candidates from its kernel e-graph with `Optimized.candidates`: the `best`
+# cheapest distinct nests under the cost model (the first is the chosen one), then random
+# ones, which reach slow corners (untiled, strided, scalar). It builds each with
+# `eqsat.api.build`, checks it against the reference interpreter in float64, and times them
+# all in interleaved rounds (medians). The chosen nest is, by construction, predicted fastest
+# among the candidates; every candidate computes the same result.
 
 # %%
-rng = np.random.default_rng(0)
-workloads = {
-    "matmul": (matmul, {name: rng.standard_normal((256, 256), np.float32) for name in "AB"}),
-    "softmax": (softmax, {"x": rng.standard_normal((512, 512), np.float32)}),
-}
-
-
-def numpy_reference(name: str, inputs: dict[str, np.ndarray]) -> np.ndarray:
-    arrays = {key: value.astype(np.float64) for key, value in inputs.items()}
-    if name == "matmul":
-        return arrays["A"] @ arrays["B"]
-    shifted = np.exp(arrays["x"] - arrays["x"].max(axis=1, keepdims=True))
-    return shifted / shifted.sum(axis=1, keepdims=True)
-
-
-measured = {}  # (workload, candidate number) -> (predicted cycles, measured seconds)
-for name, (optimized, inputs) in workloads.items():
-    candidates = optimized.candidates(6, sampled=10)
-    assert candidates[0].program == optimized.program
-    assert candidates[0].predicted == min(candidate.predicted for candidate in candidates)
-    want = numpy_reference(name, inputs)
-    runs = {}
-    for number, candidate in enumerate(candidates):
-        kernel = build(candidate.program, optimized)
-        assert agreement(kernel(**inputs), want, "float32").ok, (name, number)
-        runs[name, number] = lambda kernel=kernel, inputs=inputs: kernel(**inputs)
-    medians = interleaved_medians(runs, repeats=15, each_seconds=0.2)
-    for number, candidate in enumerate(candidates):
-        measured[name, number] = (candidate.predicted, medians[name, number])
-    print(f"{name}: {len(candidates)} candidates built, checked and timed")
+workloads = [  # (what the notebook optimized above, the same program as a workload)
+    (
+        matmul,
+        model_check.Workload(
+            "matmul", "A @ B, 256^3", {"A": (256, 256), "B": (256, 256)}, lambda A, B: A @ B
+        ),
+    ),
+    (
+        softmax,
+        model_check.Workload("softmax", "row softmax, 512x512", {"x": (512, 512)}, eqsat.softmax),
+    ),
+]
+mix = model_check.Mix(best=6, sampled=10, perturbed=0)
+checks = {}  # workload name -> its candidates, the chosen one first, checked and timed
+for optimized, workload in workloads:
+    check = model_check.check_workload(workload, optimized.machine, mix, repeats=15)
+    assert check.failure is None, check.failure
+    assert check.candidates[0].nest == format_loops(optimized.program.body)
+    assert check.candidates[0].predicted == min(c.predicted for c in check.candidates)
+    assert check.wrong == 0 and check.failed == 0
+    assert len(check.pairs()) == len(check.candidates)  # all of them timed
+    checks[workload.name] = check
+    print(f"{workload.name}: {len(check.candidates)} candidates built, checked and timed")
 
 # %% [markdown]
 # Predicted cycles are converted to milliseconds at the model's clock, so a point on the dashed
@@ -178,7 +161,8 @@ display(
     scatter(
         [
             Point(cycles / clock * 1e3, seconds * 1e3, name, "chosen" if number == 0 else "")
-            for (name, number), (cycles, seconds) in measured.items()
+            for name, check in checks.items()
+            for number, (cycles, seconds) in enumerate(check.pairs())
         ],
         title=f"candidates: predicted vs measured (load average {load:.1f}, {os.cpu_count()} cpus)",
         x_label="predicted ms",
@@ -186,9 +170,9 @@ display(
         diagonal=True,
     )
 )
-for name in workloads:
-    times = sorted(seconds for (n, _), (_, seconds) in measured.items() if n == name)
-    chosen_seconds = measured[name, 0][1]
+for name, check in checks.items():
+    times = sorted(seconds for _, seconds in check.pairs())
+    chosen_seconds = check.pairs()[0][1]
     print(
         f"{name}: chosen nest measured {chosen_seconds * 1e3:.3f} ms, rank "
         f"{times.index(chosen_seconds) + 1} of {len(times)} (fastest {times[0] * 1e3:.3f} ms, "

@@ -26,6 +26,7 @@ from eqsat.interp import evaluate
 from eqsat.pretty import format_tensor
 from eqsat.terms import TExpr
 from rewrites.algebra import IDENTITIES
+from rewrites.algebra_elementwise import add
 from rewrites.rule import Identity
 from rewrites.soundness import UnsoundIdentityError, check_identity, fired_instances, input_shapes
 
@@ -33,7 +34,8 @@ from rewrites.soundness import UnsoundIdentityError, check_identity, fired_insta
 # ## A correct rule
 #
 # `relu(x) + relu(-x)` is `|x|`: one of the two terms is zero. The built-in rules do not know
-# this.
+# this. The sides are built with egglog's `TExpr` constructors (`add` is the helper the
+# built-in elementwise rules use).
 
 
 # %%
@@ -43,10 +45,6 @@ def relu(x: TExpr) -> TExpr:
 
 def neg(x: TExpr) -> TExpr:
     return TExpr.unary("neg", x)
-
-
-def add(x: TExpr, y: TExpr) -> TExpr:
-    return TExpr.binary("add", x, y)
 
 
 relu_pair = Identity(

@@ -52,6 +52,7 @@ from eqsat.measure import agreement
 from eqsat.pretty import format_tensor
 from eqsat.terms import BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, TExpr, to_egglog, to_term
 from rewrites.algebra_facts import algebra_facts
+from rewrites.lowering import collect_inputs
 from rewrites.rule import Identity
 
 
@@ -108,7 +109,7 @@ def check_identity(identity: Identity, examples: int = 200, derandomize: bool = 
         non_finite = non_finite and not identity.finite_only
         pairs = [pair for pair in fired if pair.finite or non_finite]
         pair = pairs[index % len(pairs)]
-        inputs = random_inputs(pair.left, dtype, np.random.default_rng(seed), non_finite)
+        inputs = interpreter_inputs(pair.left, dtype, np.random.default_rng(seed), non_finite)
         want = evaluate(pair.left, {k: v.astype(np.float64) for k, v in inputs.items()})
         got = evaluate(pair.right, inputs)
         why = disagreement(got, want, str(got.dtype))  # a term without inputs runs in float32
@@ -225,14 +226,15 @@ def _candidates(sort: type, rng: random.Random, used: list[Any], non_finite: boo
     raise TypeError(f"no candidates for sort {sort}")
 
 
-def _instance(identity: Identity, rng: random.Random, non_finite: bool) -> Term:
-    """A well-shaped instance of the left side: a depth-first search over shuffled candidates,
+def _instance(
+    identity: Identity, pattern: Term, names: list[str], rng: random.Random, non_finite: bool
+) -> Term:
+    """A well-shaped instance of the left side `pattern` (`_lhs_pattern(identity)`, its
+    variables `names` in `_variables_in_order`): a depth-first search over shuffled candidates,
     started over when an early choice leads to a dead end (e.g. a rank-0 matmul operand).
 
     Tensor variables become float64 inputs named after the variable (the declared dtype plays
     no part in the rules or the interpreter; the examples run both dtypes)."""
-    pattern = _lhs_pattern(identity)
-    names = _variables_in_order(pattern, identity.variables)
     while True:
         search = _Search(identity, pattern, rng, non_finite)
         if search.extend(names):
@@ -303,9 +305,12 @@ def fired_instances(identity: Identity) -> list[Fired]:
     Asserts that it fires that often within BATCHES batches, that every right side keeps the
     shape, and that the real rule merges each pair."""
     rng = random.Random(zlib.crc32(identity.name.encode()))
+    pattern = _lhs_pattern(identity)
+    names = _variables_in_order(pattern, identity.variables)
+    non_finite = not identity.finite_only
     fired: dict[Term, Fired] = {}
     for _ in range(BATCHES):
-        batch = [_instance(identity, rng, not identity.finite_only) for _ in range(BATCH)]
+        batch = [_instance(identity, pattern, names, rng, non_finite) for _ in range(BATCH)]
         fired.update((pair.left, pair) for pair in _fire(identity, list(dict.fromkeys(batch))))
         if len(fired) >= MIN_FIRED:
             return sorted(fired.values(), key=lambda pair: _size(pair.left))
@@ -357,7 +362,7 @@ def _literals(term: Term) -> list[float]:
 # ---------------------------------------------------------------- 3. the examples
 
 
-def random_inputs(
+def interpreter_inputs(
     term: Term, dtype: str, rng: np.random.Generator, non_finite: bool
 ) -> dict[str, np.ndarray]:
     """Values in [-2, 2] of `dtype` for every input of `term`, by name; with `non_finite`, a
@@ -373,10 +378,10 @@ def random_inputs(
 
 
 def input_shapes(term: Term) -> dict[str, tuple[int, ...]]:
-    """The shape of every input of the tensor term `term`, by name."""
-    if term.op == "TExpr.input":
-        return {str(term.args[0]): term.args[1]}  # type: ignore[dict-item]
-    return {k: v for a in term.args if isinstance(a, Term) for k, v in input_shapes(a).items()}
+    """The shape of every input of the tensor term `term`, by name, in first-visit order.
+
+    Raises ShapeError or DTypeError when one name is used with two shapes or dtypes."""
+    return {name: shape for name, shape, _ in collect_inputs([term])}
 
 
 def disagreement(got: np.ndarray, want: np.ndarray, dtype: str) -> str | None:
