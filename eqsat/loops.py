@@ -63,10 +63,10 @@ def access_kind(index_list: Term, axis: Term) -> str | None:
 
     Trailing indices that are named axes of extent 1 are skipped: lowering names an axis after
     the dimension it walks, so they index dimensions of size 1 (`t[k, i1]` with t of shape
-    (n, 1) walks t contiguously along k)."""
+    (n, 1) walks t contiguously along k); unless it is `axis` itself."""
     items = list(index_items(index_list))
-    while len(items) > 1 and _walks_a_unit_dimension(items[-1]):
-        items.pop()
+    while len(items) > 1 and _walks_a_unit_dimension(items[-1]) and not mentions(items[-1], axis):
+        items.pop()  # (the loop's own axis stays: a target indexed by it is not uniform)
     if not any(mentions(i, axis) for i in items):
         return "uniform"
     if items[-1] == Term("Index.axis", (axis,)) and not any(mentions(i, axis) for i in items[:-1]):
@@ -106,9 +106,20 @@ def vectorizable(axis: Term, body: Term) -> bool:
         return False
     if any(access_kind(load.args[1], base) is None for load in loads):  # type: ignore[arg-type]
         return False
-    target_kind = access_kind(target, base)
-    horizontal = body.op == "Stmt.accumulate" and target_kind == "uniform"
-    return target_kind == "contiguous" or horizontal
+    return access_kind(target, base) == "contiguous" or horizontal(axis, body)
+
+
+def horizontal(axis: Term, body: Term) -> bool:
+    """True when a vector loop over `axis` around `body` is a horizontal reduction: an
+    accumulate into one element that does not move along the loop. The emitter keeps its
+    partial results in vector registers and reduces them into the element after the loop; the
+    cost model prices it that way (no load/store of the element per step)."""
+    base = base_axis(axis)
+    if base is None or body.op != "Stmt.accumulate":
+        return False
+    target = body.args[1]
+    assert isinstance(target, Term)
+    return access_kind(target, base) == "uniform"
 
 
 def split_tile(axis: Term, bound: Iterable[Term]) -> int | None:

@@ -221,7 +221,9 @@ def test_extraction_deadline_is_reported_and_the_kernel_stays_correct() -> None:
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2"])
-@pytest.mark.parametrize("width", [64, 203])  # four whole chains of vectors; and a tail too
+# prime widths, so no split can cut the reduction loop below four vectors: four whole chains of
+# 16 lanes and a tail of 3; and several rounds of chains and a tail
+@pytest.mark.parametrize("width", [67, 203])
 def test_long_horizontal_reductions_split_into_chains_and_match_numpy(isa: str, width: int) -> None:
     from backend_c.emit import HORIZONTAL_CHAINS
 
@@ -235,3 +237,13 @@ def test_long_horizontal_reductions_split_into_chains_and_match_numpy(isa: str, 
     assert_close(maxima, xa.max(axis=1), "float32")
     e = np.exp(xa - xa.max(axis=1, keepdims=True))
     assert_close(softmax, e / e.sum(axis=1, keepdims=True), "float32")
+
+
+def test_matmul_of_unit_dimensions_vectorizes_nothing_it_cannot() -> None:
+    # a (1, 1, 2) @ (2, 1) product: the vector axis i2 has extent 1 and indexes the target
+    v0, v1 = eqsat.tensor("v0", (1, 1, 2)), eqsat.tensor("v1", (2, 1))
+    a = np.array([[[0.5, -0.9]]], dtype=np.float32)
+    b = np.array([[-1.8], [-1.9]], dtype=np.float32)
+    for isa in ("avx512", "avx2"):
+        kernel = eqsat.compile(v0 @ v1, isa=isa)
+        assert_close(kernel(a, b), a.astype(np.float64) @ b, "float32")
