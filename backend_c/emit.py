@@ -21,7 +21,6 @@ from eqsat.loops import (
     RegisterTile,
     access_kind,
     axis_extent,
-    base_axis,
     horizontal,
     register_tile,
     split_tile,
@@ -162,27 +161,27 @@ class _Emitter:
                 return f"({c} != 0 ? {x} : {y})"
         raise ValueError(f"not a scalar: {s.op}")
 
-    def vector_scalar(self, s: Term, base: Term, mask: str | None) -> str:
-        """Vector expression of `s` for the lanes of a SIMD loop along `base`."""
+    def vector_scalar(self, s: Term, axis: Term, mask: str | None) -> str:
+        """Vector expression of `s` for the lanes of a SIMD loop over `axis`."""
         assert self.vector is not None
         a = s.args
         match s.op:
             case "Scalar.load":
                 element = self.element(str(a[0]), a[1])  # type: ignore[arg-type]
-                if access_kind(a[1], base) == "uniform":  # type: ignore[arg-type]
+                if access_kind(a[1], axis) == "uniform":  # type: ignore[arg-type]
                     return self.vector.broadcast(element)
                 return self.vector.load(f"&{element}", mask)
             case "Scalar.const":
                 return self.vector.broadcast(self.literal(float(a[0])))  # type: ignore[arg-type]
             case "Scalar.unary":
                 self.uses_math |= a[0] in VECTOR_FUNCTIONS
-                return self.vector.unary(str(a[0]), self.vector_scalar(a[1], base, mask))  # type: ignore
+                return self.vector.unary(str(a[0]), self.vector_scalar(a[1], axis, mask))  # type: ignore
             case "Scalar.binary":
-                x = self.vector_scalar(a[1], base, mask)  # type: ignore[arg-type]
-                y = self.vector_scalar(a[2], base, mask)  # type: ignore[arg-type]
+                x = self.vector_scalar(a[1], axis, mask)  # type: ignore[arg-type]
+                y = self.vector_scalar(a[2], axis, mask)  # type: ignore[arg-type]
                 return self.vector.binary(str(a[0]), x, y)
             case "Scalar.where":
-                c, x, y = (self.vector_scalar(t, base, mask) for t in a)  # type: ignore
+                c, x, y = (self.vector_scalar(t, axis, mask) for t in a)  # type: ignore
                 nonzero = self.vector.compare("ne", c, self.vector.broadcast("0"))
                 return self.vector.select(nonzero, x, y)
         raise ValueError(f"not a scalar: {s.op}")
@@ -266,7 +265,6 @@ class _Emitter:
         buffer, target, op, value = tile.accumulate.args
         assert isinstance(target, Term) and isinstance(value, Term)
         vector = self.vector if tile.vector_axis is not None else None
-        base = base_axis(tile.vector_axis) if tile.vector_axis is not None else None
         copies = self.tile_copies(tile)
         inner_axes = [*tile.unrolled, *([tile.vector_axis] if tile.vector_axis else [])]
         self.line("{")
@@ -287,8 +285,9 @@ class _Emitter:
         self.scope.append(axis)
         for n, binding in enumerate(copies):
             self.fixed.update(binding)
-            if vector is not None and base is not None:
-                self.line(f"acc{n} = {self.vector_update(str(op), f'acc{n}', value, base)};")
+            if vector is not None and tile.vector_axis is not None:
+                update = self.vector_update(str(op), f"acc{n}", value, tile.vector_axis)
+                self.line(f"acc{n} = {update};")
             else:
                 self.line(f"acc{n} = {self.scalar_update(str(op), f'acc{n}', value)};")
         self.scope.pop()
@@ -306,14 +305,14 @@ class _Emitter:
         self.depth -= 1
         self.line("}")
 
-    def vector_update(self, op: str, acc: str, value: Term, base: Term) -> str:
+    def vector_update(self, op: str, acc: str, value: Term, axis: Term) -> str:
         """`acc op value` for whole vectors; a sum of a product is one FMA."""
         assert self.vector is not None
         if op == "sum" and value.op == "Scalar.binary" and value.args[0] == "mul":
-            x = self.vector_scalar(value.args[1], base, None)  # type: ignore[arg-type]
-            y = self.vector_scalar(value.args[2], base, None)  # type: ignore[arg-type]
+            x = self.vector_scalar(value.args[1], axis, None)  # type: ignore[arg-type]
+            y = self.vector_scalar(value.args[2], axis, None)  # type: ignore[arg-type]
             return self.vector.fmadd(x, y, acc)
-        return self.vector.combine(op, acc, self.vector_scalar(value, base, None))
+        return self.vector.combine(op, acc, self.vector_scalar(value, axis, None))
 
     def scalar_update(self, op: str, acc: str, value: Term) -> str:
         return self.scalar_combine(op, acc, self.scalar(value))
@@ -326,8 +325,6 @@ class _Emitter:
         """SIMD loop: full vectors, then a masked vector (AVX-512) or scalar (AVX2) tail."""
         vector = self.vector
         assert vector is not None
-        base = base_axis(axis)
-        assert base is not None
         var, extent, lanes = axis_var(axis), axis_extent(axis), vector.lanes
         buffer, target, value = str(body.args[0]), body.args[1], body.args[-1]
         assert isinstance(target, Term) and isinstance(value, Term)
@@ -346,9 +343,9 @@ class _Emitter:
 
         def vector_step(mask: str | None) -> None:
             if mask is None and op != "store":
-                update = partial(self.vector_update, op, value=value, base=base)
+                update = partial(self.vector_update, op, value=value, axis=axis)
             else:
-                v = self.vector_scalar(value, base, mask)
+                v = self.vector_scalar(value, axis, mask)
                 update = partial(vector.combine, op, value=v, mask=mask)
             if reduction:
                 self.line(f"acc = {update('acc')};")
@@ -364,7 +361,7 @@ class _Emitter:
             self.depth += 1
             for chain in range(chains):
                 name = f"acc{chain}" if chain else "acc"
-                self.line(f"{name} = {self.vector_update(op, name, value, base)};")
+                self.line(f"{name} = {self.vector_update(op, name, value, axis)};")
                 self.line(f"{var} += {lanes};")
             self.depth -= 1
             self.line("}")

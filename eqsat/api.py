@@ -34,6 +34,7 @@ from extract.tensor_cost import TensorCost
 from rewrites.algebra import algebra_rules
 from rewrites.algebra_facts import algebra_facts
 from rewrites.contraction import contract_temporaries
+from rewrites.packing import pack_panels
 from rewrites.lowering import lower
 from rewrites.rule import Identity
 from rewrites.schedule import ROOT, schedule
@@ -71,7 +72,7 @@ class Optimized:
     original: tuple[Term, ...]  # tensor terms as written
     chosen: tuple[Term, ...]  # after algebra + stage-1 extraction
     canonical: LoopProgram  # the lowering of `chosen`
-    program: LoopProgram  # the loop nest extracted from stage 2
+    program: LoopProgram  # the loop nest extracted from stage 2, after `after_extraction`
     estimate: Estimate  # the cost model's prediction for `program`, and what it is made of
     canonical_cost: float
     stages: tuple[SaturationReport, SaturationReport]
@@ -101,7 +102,7 @@ class Optimized:
         self, best: int, *, sampled: int = 0, perturbed: int = 0, seed: int = 0
     ) -> list[Candidate]:
         """Distinct loop programs of the chosen form's kernel e-graph with their predicted
-        cycles, temporaries contracted as in `program`, which comes first:
+        cycles, each passed through `after_extraction` like `program`, which comes first:
         - up to `best` the cheapest under the cost model (source "best");
         - then random extractions (`extract_random`, "sampled"), which reach the slow corners,
           up to `best + sampled` programs in all;
@@ -117,7 +118,7 @@ class Optimized:
             for body in bodies:
                 if len(found) >= goal:
                     return
-                program = self.program.with_body(contract_temporaries(body))
+                program = after_extraction(self.program, body)
                 found.setdefault(program, Candidate(program, cost.estimate(body).cycles, source))
 
         top = graph.extract_top(root, cost, max(best, CANDIDATES_PER_CLASS))
@@ -169,6 +170,12 @@ class Optimized:
             f"a core; bytes fetched into {fetched}; overheads {estimate.overhead:,.0f} cycles "
             f"(parallel starts) + {estimate.first_touch:,.0f} (page faults of temporaries)",
         ]
+
+
+def after_extraction(program: LoopProgram, body: Term) -> LoopProgram:
+    """`program` running the extracted nest `body` after the passes that follow extraction:
+    temporaries contracted into their row loops, then reused operand panels packed."""
+    return pack_panels(program.with_body(contract_temporaries(body)))
 
 
 def _perturbed(cost: NodeCost, rng: random.Random) -> NodeCost:
@@ -267,7 +274,7 @@ class _Scheduled:
 
     form: list[Term]
     canonical: LoopProgram
-    body: Term  # the extracted nest, before contraction
+    body: Term  # the extracted nest, before `after_extraction`
     estimate: Estimate  # of `body`
     canonical_cost: float
     report: SaturationReport
@@ -332,7 +339,7 @@ def optimize(
         tuple(original),  # type: ignore[arg-type]
         tuple(best.form),
         best.canonical,
-        best.canonical.with_body(contract_temporaries(best.body)),
+        after_extraction(best.canonical, best.body),
         best.estimate,
         best.canonical_cost,
         (algebra_report, best.report),

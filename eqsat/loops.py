@@ -39,39 +39,46 @@ def pieces_of(axis: Term) -> list[Term]:
 
 def depends_on(index_list: Term, axis: Term) -> bool:
     """True when some index of `index_list` changes when a loop over `axis` advances."""
-    related = set(pieces_of(axis))
-
-    def visit(index: Term) -> bool:
-        if index.op == "Index.axis":
-            used = index.args[0]
-            assert isinstance(used, Term)
-            return used in related or axis in pieces_of(used)
-        return any(isinstance(a, Term) and visit(a) for a in index.args)
-
-    return any(visit(item) for item in index_items(index_list))
+    return any(moves_with(item, axis) for item in index_items(index_list))
 
 
-def mentions(index: Term, axis: Term) -> bool:
+def moves_with(index: Term, axis: Term) -> bool:
+    """True when the value of one index changes when a loop over `axis` advances: it names the
+    axis, an axis it was split from, or a piece split from it."""
     if index.op == "Index.axis":
-        return index.args[0] == axis
-    return any(isinstance(a, Term) and mentions(a, axis) for a in index.args)
+        used = index.args[0]
+        assert isinstance(used, Term)
+        return used in pieces_of(axis) or axis in pieces_of(used)
+    return any(isinstance(a, Term) and moves_with(a, axis) for a in index.args)
+
+
+def unit_stride_axes(axis: Term) -> list[Term]:
+    """The axes whose value grows by one per iteration of a loop over `axis`: the axis itself and
+    the axes it was split from through inner pieces only (`a = a.outer * T + a.inner`)."""
+    chain = [axis]
+    while chain[-1].op == "Axis.inner":
+        parent = chain[-1].args[0]
+        assert isinstance(parent, Term)
+        chain.append(parent)
+    return chain
 
 
 def access_kind(index_list: Term, axis: Term) -> str | None:
-    """How an access moves along `axis`: "uniform", "contiguous" (last index is the axis,
-    nothing else mentions it) or None (strided or gathered).
+    """How an access moves along a loop over `axis`: "uniform" (no index moves), "contiguous"
+    (the last index names a unit-stride axis of the loop, `unit_stride_axes`, and no other
+    index moves) or None (strided or gathered).
 
     Trailing indices that are named axes of extent 1 are skipped: lowering names an axis after
     the dimension it walks, so they index dimensions of size 1 (`t[k, i1]` with t of shape
-    (n, 1) walks t contiguously along k); unless it is `axis` itself."""
+    (n, 1) walks t contiguously along k); unless they move with the loop."""
     items = list(index_items(index_list))
-    while len(items) > 1 and _walks_a_unit_dimension(items[-1]) and not mentions(items[-1], axis):
+    while len(items) > 1 and _walks_a_unit_dimension(items[-1]) and not moves_with(items[-1], axis):
         items.pop()  # (the loop's own axis stays: a target indexed by it is not uniform)
-    if not any(mentions(i, axis) for i in items):
+    if not any(moves_with(i, axis) for i in items):
         return "uniform"
-    if items[-1] == Term("Index.axis", (axis,)) and not any(mentions(i, axis) for i in items[:-1]):
-        return "contiguous"
-    return None
+    last, others = items[-1], items[:-1]
+    unit_stride = last.op == "Index.axis" and last.args[0] in unit_stride_axes(axis)
+    return "contiguous" if unit_stride and not any(moves_with(i, axis) for i in others) else None
 
 
 def _walks_a_unit_dimension(index: Term) -> bool:
@@ -104,9 +111,9 @@ def vectorizable(axis: Term, body: Term) -> bool:
     loads = loads_in(value)
     if any(load.args[0] == buffer for load in loads) or not _vector_ops_ok(value):
         return False
-    if any(access_kind(load.args[1], base) is None for load in loads):  # type: ignore[arg-type]
+    if any(access_kind(load.args[1], axis) is None for load in loads):  # type: ignore[arg-type]
         return False
-    return access_kind(target, base) == "contiguous" or horizontal(axis, body)
+    return access_kind(target, axis) == "contiguous" or horizontal(axis, body)
 
 
 def horizontal(axis: Term, body: Term) -> bool:
@@ -119,7 +126,7 @@ def horizontal(axis: Term, body: Term) -> bool:
         return False
     target = body.args[1]
     assert isinstance(target, Term)
-    return access_kind(target, base) == "uniform"
+    return access_kind(target, axis) == "uniform"
 
 
 def split_tile(axis: Term, bound: Iterable[Term]) -> int | None:
@@ -171,7 +178,9 @@ def register_tile(axis: Term, body: Term, isa: str, lanes: int) -> RegisterTile 
         base = base_axis(vector_axis)
         if isa == "scalar" or extent % lanes or base is None:
             return None
-        if not vectorizable(vector_axis, body) or access_kind(body.args[1], base) != "contiguous":  # type: ignore[arg-type]
+        target = body.args[1]
+        assert isinstance(target, Term)
+        if not vectorizable(vector_axis, body) or access_kind(target, vector_axis) != "contiguous":
             return None
         vectors = extent // lanes
     if body.op != "Stmt.accumulate" or not (unrolled or vector_axis):

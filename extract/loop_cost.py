@@ -31,7 +31,6 @@ from typing import Any
 from eqsat.loops import (
     RegisterTile,
     axis_extent,
-    base_axis,
     depends_on,
     horizontal,
     loads_in,
@@ -39,6 +38,7 @@ from eqsat.loops import (
     register_tile,
     row_loop_of,
     top_statements,
+    unit_stride_axes,
     vectorizable,
 )
 from eqsat.terms import Arg, Term, index_items
@@ -403,7 +403,7 @@ def _contiguous_run(index: Term, inner: frozenset[Term]) -> int:
         return 1
     axis = index.args[0]
     assert isinstance(axis, Term)
-    unit = [a for a in inner if base_axis(a) == axis or a == axis]
+    unit = [a for a in inner if axis in unit_stride_axes(a)]
     return max((axis_extent(a) for a in unit), default=1)
 
 

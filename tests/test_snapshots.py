@@ -27,7 +27,9 @@ from eqsat.loops import vectorizable
 from eqsat.terms import LoopProgram, Term, to_term
 from rewrites.lowering import lower
 from tests.programs import assert_close
+from rewrites.packing import pack_panels
 from tests.test_loops import at, inner, named, nest, outer
+from tests.test_packing import tiled_matmul
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 ISAS = ("avx512", "avx2", "scalar")
@@ -81,6 +83,7 @@ def programs() -> dict[str, LoopProgram]:
         "softmax": vectorized(eqsat.softmax(x)),
         "row-max": vectorized(x.max(axis=1)),
         "matmul-tiled": register_tiled_matmul(),
+        "matmul-packed": pack_panels(tiled_matmul(8, 6, 32, ti=4, tk=3, tj=16)),
     }
 
 

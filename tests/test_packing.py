@@ -1,0 +1,141 @@
+"""Panel packing (rewrites.packing): where it applies, where it must not, and that a packed
+program computes what it computed before (interpreter and compiled C against numpy)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import eqsat
+from eqsat.interp import run
+from eqsat.loops import top_statements
+from eqsat.terms import LoopProgram, Term
+from rewrites.packing import pack_panels
+from tests.programs import assert_close, assert_variant_agrees
+from tests.test_loops import at, inner, named, nest, outer
+
+
+def load(buffer: str, index: Term) -> Term:
+    return Term("Scalar.load", (buffer, index))
+
+
+def tiled_matmul(m: int, k: int, n: int, ti: int, tk: int, tj: int) -> LoopProgram:
+    """out0 = in0 @ in1 as the optimizer tiles it: k and column blocks outside, row blocks
+    inside (reusing one block of in1), register tiles of ti rows x tj columns over k."""
+    i, j, r = named("i0", m), named("i1", n), named("k", k)
+    zero = nest(
+        [(i, "serial", ()), (j, "vector", ())],
+        Term("Stmt.store", ("out0", at(i, j), Term("Scalar.const", (0.0,)))),
+    )
+    product = Term("Scalar.binary", ("mul", load("in0", at(i, r)), load("in1", at(r, j))))
+    tiles = nest(
+        [
+            (outer(r, tk), "serial", ()),
+            (outer(j, tj), "serial", ()),
+            (outer(i, ti), "serial", ()),
+            (inner(r, tk), "serial", ()),
+            (inner(i, ti), "unroll", (ti,)),
+            (inner(j, tj), "vector", ()),
+        ],
+        Term("Stmt.accumulate", ("out0", at(i, j), "sum", product)),
+    )
+    body = Term("Stmt.seq", (zero, tiles))
+    return LoopProgram(body, (("x", (m, k)), ("w", (k, n))), ((m, n),), "float32")
+
+
+def packed_allocs(term: Term) -> list[Term]:
+    found = [term] if term.op == "Stmt.alloc" and str(term.args[0]).startswith("pk") else []
+    return found + [a for x in term.args if isinstance(x, Term) for a in packed_allocs(x)]
+
+
+def agrees_after_packing(program: LoopProgram) -> LoopProgram:
+    """The packed program, checked against the unpacked one in float64."""
+    packed = pack_panels(program)
+    rng = np.random.default_rng(5)
+    inputs = {name: rng.standard_normal(shape) for name, shape in program.inputs}
+    want = run(program, inputs, dtype=np.float64)[0]
+    assert_variant_agrees(run(packed, inputs, dtype=np.float64)[0], want, packed.body)
+    return packed
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([2, 3, 6]),
+    st.sampled_from([8, 16]),
+    st.integers(2, 3),
+    st.integers(1, 2),
+    st.integers(2, 3),
+)
+def test_a_reused_block_is_packed_and_the_product_is_unchanged(
+    ti: int, tk: int, tj: int, row_blocks: int, k_blocks: int, column_blocks: int
+) -> None:
+    m, k, n = ti * row_blocks, tk * k_blocks, tj * column_blocks
+    packed = agrees_after_packing(tiled_matmul(m, k, n, ti, tk, tj))
+    (alloc,) = packed_allocs(packed.body)
+    assert alloc.args[1] == (tk, tj)  # one k block of one column block, rows consecutive
+    assert "in1" not in repr(top_statements(alloc.args[2])[1])  # type: ignore[arg-type]
+
+
+def test_the_pipeline_packs_a_large_matmul_and_the_kernel_matches_numpy() -> None:
+    a, b = eqsat.tensor("a", (256, 256)), eqsat.tensor("b", (256, 256))
+    rng = np.random.default_rng(0)
+    x, w = (rng.standard_normal((256, 256), np.float32) for _ in range(2))
+    for isa in ("avx512", "avx2", "scalar"):
+        kernel = eqsat.compile(a @ b, isa=isa, progress=False)
+        # (the scalar schedule has no vector loop, the packing's unit-stride condition)
+        assert ("pk0 = aligned_alloc" in kernel.c_source) == (isa != "scalar"), isa
+        assert_close(kernel(x, w), x @ w, "float32")
+
+
+def test_panels_are_not_packed_without_reuse_or_when_already_contiguous() -> None:
+    one_row_block = tiled_matmul(4, 6, 32, ti=4, tk=6, tj=16)  # no loop reuses the block
+    assert pack_panels(one_row_block) == one_row_block
+    whole_rows = tiled_matmul(8, 6, 16, ti=4, tk=6, tj=16)  # the block is 6 whole rows of in1
+    assert pack_panels(whole_rows) == whole_rows
+
+
+def test_a_buffer_written_inside_the_loop_is_not_packed() -> None:
+    program = tiled_matmul(8, 6, 32, ti=4, tk=6, tj=16)
+    # the product accumulates into its own right operand
+    written = program.with_body(_retarget(program.body, "out0", "in1"))
+    assert pack_panels(written) == written
+
+
+def test_only_the_reads_of_the_panel_index_are_packed() -> None:
+    program = tiled_matmul(8, 6, 32, ti=4, tk=6, tj=16)
+    i, j, r = named("i0", 8), named("i1", 32), named("k", 6)
+    both = Term("Scalar.binary", ("add", load("in1", at(r, j)), load("in1", at(r, i))))
+    packed = agrees_after_packing(program.with_body(_replace_value(program.body, both)))
+    (alloc,) = packed_allocs(packed.body)
+    reads = repr(top_statements(alloc.args[2])[1])  # type: ignore[arg-type]
+    assert "'pk0'" in reads and "'in1'" in reads  # in1[k, i0] still reads the input
+
+
+def test_an_operand_expression_is_packed_once_per_panel() -> None:
+    """x @ (w + z): the panel holds w + z, so the sum is not recomputed for every row block."""
+    program = tiled_matmul(8, 6, 32, ti=4, tk=3, tj=16)
+    i, j, r = named("i0", 8), named("i1", 32), named("k", 6)
+    right = Term("Scalar.binary", ("add", load("in1", at(r, j)), load("in2", at(r, j))))
+    value = Term("Scalar.binary", ("mul", load("in0", at(i, r)), right))
+    body = _replace_value(program.body, value)
+    inputs = (*program.inputs, ("z", (6, 32)))
+    packed = agrees_after_packing(LoopProgram(body, inputs, program.outputs, "float32"))
+    (alloc,) = packed_allocs(packed.body)
+    copy, reads = top_statements(alloc.args[2])  # type: ignore[arg-type]
+    assert "'add'" in repr(copy) and "'add'" not in repr(reads)
+
+
+def _retarget(term: Term, old: str, new: str) -> Term:
+    args = tuple(_retarget(a, old, new) if isinstance(a, Term) else a for a in term.args)
+    if term.op == "Stmt.accumulate" and args[0] == old:
+        args = (new, *args[1:])
+    return Term(term.op, args)
+
+
+def _replace_value(term: Term, value: Term) -> Term:
+    if term.op == "Stmt.accumulate":
+        return Term(term.op, (*term.args[:3], value))
+    args = tuple(_replace_value(a, value) if isinstance(a, Term) else a for a in term.args)
+    return Term(term.op, args)
