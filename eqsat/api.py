@@ -34,8 +34,8 @@ from extract.tensor_cost import TensorCost
 from rewrites.algebra import algebra_rules
 from rewrites.algebra_facts import algebra_facts
 from rewrites.contraction import contract_temporaries
-from rewrites.packing import pack_panels
 from rewrites.lowering import lower
+from rewrites.packing import pack_panels
 from rewrites.rule import Identity
 from rewrites.schedule import ROOT, schedule
 

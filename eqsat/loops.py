@@ -71,14 +71,25 @@ def access_kind(index_list: Term, axis: Term) -> str | None:
     Trailing indices that are named axes of extent 1 are skipped: lowering names an axis after
     the dimension it walks, so they index dimensions of size 1 (`t[k, i1]` with t of shape
     (n, 1) walks t contiguously along k); unless they move with the loop."""
-    items = list(index_items(index_list))
-    while len(items) > 1 and _walks_a_unit_dimension(items[-1]) and not moves_with(items[-1], axis):
-        items.pop()  # (the loop's own axis stays: a target indexed by it is not uniform)
+    # (the loop's own axis stays: a target indexed by it is not uniform)
+    items = without_unit_tail(index_items(index_list), keep=axis)
     if not any(moves_with(i, axis) for i in items):
         return "uniform"
     last, others = items[-1], items[:-1]
     unit_stride = last.op == "Index.axis" and last.args[0] in unit_stride_axes(axis)
     return "contiguous" if unit_stride and not any(moves_with(i, axis) for i in others) else None
+
+
+def without_unit_tail(items: list[Term], keep: Term | None = None) -> list[Term]:
+    """`items` (of an index list) without the trailing ones that walk a dimension of size 1 (a
+    named axis of extent 1: lowering names an axis after the dimension it walks), keeping at
+    least one, and any that moves with a loop over `keep`."""
+    items = list(items)
+    while len(items) > 1 and _walks_a_unit_dimension(items[-1]):
+        if keep is not None and moves_with(items[-1], keep):
+            break
+        items.pop()
+    return items
 
 
 def _walks_a_unit_dimension(index: Term) -> bool:

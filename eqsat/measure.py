@@ -65,7 +65,9 @@ def interleaved_medians(
 ) -> dict[Name, float]:
     """Median wall time of each function, timed in rounds of one call each after one warm-up.
 
-    Interleaving spreads the noise of other processes over all functions alike. It runs
+    Interleaving spreads the noise of other processes over all functions alike, and the order
+    rotates every round, so no function always runs right after the same one (which leaves the
+    caches warm with shared inputs, or full of its own data, for the next). It runs
     `repeats` rounds, or stops after MIN_ROUNDS once `budget_seconds` have passed. With
     `each_seconds`, a function also leaves the rounds once it has MIN_ROUNDS samples taking that
     long in total (a slow function gets few rounds, a fast one many).
@@ -84,7 +86,8 @@ def interleaved_medians(
         ]
         if not timed:
             break
-        for name in timed:
+        shift = round_ % len(timed)
+        for name in timed[shift:] + timed[:shift]:
             before = time.perf_counter()
             functions[name]()
             times[name].append(time.perf_counter() - before)

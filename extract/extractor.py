@@ -109,7 +109,10 @@ class SerializedGraph:
 
         Every e-class keeps its `n` best candidates and a node is priced for every combination
         of its children's candidates, so a child that is not the cheapest on its own but makes
-        its parent cheaper (a cost that is not a sum, like a roofline) is still found.
+        its parent cheaper (a cost that is not a sum, like a roofline) is still found. For such
+        a cost the first of `n` is usually, not always, at most the cheapest with n = 1: e-classes
+        keep the first `n` of equal-cost candidates, and equal children can price a parent
+        differently.
 
         It requires: `root` is an e-class of this graph with a finite term. `deadline`, a
         `time.monotonic()` value, stops the worklist once passed (checked before each e-class

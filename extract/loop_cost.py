@@ -13,6 +13,11 @@ Each statement gets an `Estimate`, computed bottom-up from its children's:
   shared by neighbouring iterations), fetches its footprint into that level once; otherwise
   every execution of its children fetches again. That is the classical reuse model: tiling pays
   when a tile's footprint fits a cache.
+- Reads from DRAM stream well only in long runs: a statement that streams an access (reads
+  each element once) pays STREAM_RESTART_BYTES more for every run of consecutive elements it
+  reads when the runs are shorter than a row (`stream_runs`: a loop extends its body's run
+  when it steps exactly one run further along the last dimension; any other loop that moves
+  the access starts a new run). Blocked and row-by-row nests of equal footprint then differ.
 - A Parallel loop divides compute and per-core traffic by the cores and pays a start cost; DRAM
   traffic does not scale with cores (bandwidth is shared).
 The predicted time is the roofline of the whole statement, max(compute, traffic / bandwidth at
@@ -34,12 +39,14 @@ from eqsat.loops import (
     depends_on,
     horizontal,
     loads_in,
+    moves_with,
     pieces_of,
     register_tile,
     row_loop_of,
     top_statements,
     unit_stride_axes,
     vectorizable,
+    without_unit_tail,
 )
 from eqsat.terms import Arg, Term, index_items
 from extract.machine import Machine
@@ -49,6 +56,12 @@ PARALLEL_START = 20_000.0  # cycles to wake a thread team (~7 us after the first
 UNARY_CYCLES = {"exp": 10.0, "log": 10.0, "tanh": 14.0, "sigmoid": 12.0, "sqrt": 6.0}
 BINARY_CYCLES = {"div": 4.0}
 LOADS_PER_CYCLE, OPS_PER_CYCLE, STORES_PER_CYCLE = 2.0, 2.0, 1.0
+# A horizontal reduction (`eqsat.loops.horizontal`, the emitter's own test) keeps its partial
+# results in vector registers: no load and store of the element per step; after the loop, the
+# partial results are reduced across lanes (log2(16) shuffle-and-add steps, ~3 cycles each) and
+# combined into the element.
+HORIZONTAL_STEP_SAVING = 1 / LOADS_PER_CYCLE + 1 / STORES_PER_CYCLE
+HORIZONTAL_FINISH = 12.0 + 1 / LOADS_PER_CYCLE + 1 / STORES_PER_CYCLE
 # Bytes per cycle and core into L1 (from L2), into L2 (from L3), into L3 (from DRAM), and the
 # DRAM figure for all cores together, for a machine without calibration (`fetch_rates`);
 # measured order of magnitude on this class of machine.
@@ -57,6 +70,10 @@ OVERLAP_PENALTY = 0.25  # the fraction of the non-limiting terms that is not hid
 DRAM_SCALING = 1.25  # 2 cores get ~1.25x the DRAM bandwidth of one (31 -> 39 GB/s)
 FIRST_TOUCH_CYCLES_PER_BYTE = 0.5  # a fresh page: fault + zeroing, ~0.5 us per 4 KiB
 CACHE_USE = 0.5  # the fraction of a cache a footprint may fill and still hit (conflicts, LRU)
+# DRAM bytes lost each time a read restarts mid-row (the hardware prefetcher ramps up again):
+# a matrix-vector product reading 1 KB pieces of 8 KB rows ran ~15% slower here than one reading
+# whole rows (about 35 cycles per restart at the DRAM rate).
+STREAM_RESTART_BYTES = 256.0
 
 
 # The loads and stores below a statement, grouped by the loops they run inside: for each set of
@@ -106,6 +123,7 @@ class LoopCost:
         self._accesses: dict[Term, Accesses] = {}
         self._access_bytes: dict[tuple[Term, frozenset[Term]], float] = {}
         self._leaf_pieces: dict[frozenset[Term], tuple[tuple[frozenset[Term], int], ...]] = {}
+        self._runs: dict[Term, dict[tuple[str, Term], tuple[int, bool]]] = {}
         capacities = (machine.l1_bytes, machine.l2_bytes, machine.l3_bytes)
         self._usable = tuple(capacity * CACHE_USE for capacity in capacities)
         self._bytes_per_cycle, self._dram_scaling = fetch_rates(machine)
@@ -140,11 +158,15 @@ class LoopCost:
             case "Stmt.seq":
                 first, second = self._statement(a[0]), self._statement(a[1])  # type: ignore[arg-type]
                 sizes = _largest(first.buffer_bytes, second.buffer_bytes)
-                return self.combine(sizes, (first.estimate, second.estimate), 1)
+                return self.combine(statement, sizes, (first.estimate, second.estimate), 1)
             case "Stmt.alloc":
                 body = self._statement(a[2])  # type: ignore[arg-type]
                 return self.combine(
-                    body.buffer_bytes, [body.estimate], 1, first_touch=self.first_touch(statement)
+                    statement,
+                    body.buffer_bytes,
+                    [body.estimate],
+                    1,
+                    first_touch=self.first_touch(statement),
                 )
             case "Stmt.loop":
                 return self.loop(statement)
@@ -178,7 +200,8 @@ class LoopCost:
         )
         sizes = self.bytes_per_buffer(self.accesses(statement))
         footprint = sum(sizes.values())
-        estimate = Estimate(compute, (footprint,) * 3, 0.0, footprint, 0.0, self._bytes_per_cycle)
+        traffic = (footprint, footprint, footprint + self.restart_bytes(statement, sizes))
+        estimate = Estimate(compute, traffic, 0.0, footprint, 0.0, self._bytes_per_cycle)
         return _Statement(estimate, sizes)
 
     def loop(self, statement: Term) -> _Statement:
@@ -190,13 +213,16 @@ class LoopCost:
         if kind.op == "LoopKind.serial":
             tile = register_tile(axis, body_term, self.machine.isa, self.lanes)
             if tile is not None:
-                return self.register_tile(axis, tile, body.estimate, sizes)
+                return self.register_tile(statement, tile, body.estimate, sizes)
         per_trip = body.estimate.compute + (0.0 if kind.op == "LoopKind.unroll" else LOOP_OVERHEAD)
         vector = kind.op == "LoopKind.vector" and self.machine.isa != "scalar"
+        compute = per_trip * trips
         if vector and vectorizable(axis, body_term):
             trips = math.ceil(trips / self.lanes)
-            per_trip -= self.horizontal_saving(axis, body_term)
-        loop = self.combine(sizes, [body.estimate], trips, per_trip * trips)
+            compute = per_trip * trips
+            if horizontal(axis, body_term):
+                compute -= trips * HORIZONTAL_STEP_SAVING - HORIZONTAL_FINISH
+        loop = self.combine(statement, sizes, [body.estimate], trips, compute)
         if kind.op != "LoopKind.parallel":
             return loop
         cores = min(self.machine.cores, trips)  # a loop of one trip runs on one core
@@ -212,15 +238,8 @@ class LoopCost:
         )
         return _Statement(parallel, sizes)
 
-    def horizontal_saving(self, axis: Term, body: Term) -> float:
-        """A horizontal reduction (`eqsat.loops.horizontal`, the emitter's own test) keeps its
-        partial results in registers: no load and store of the element per step."""
-        if horizontal(axis, body):
-            return 1 / LOADS_PER_CYCLE + 1 / STORES_PER_CYCLE
-        return 0.0
-
     def register_tile(
-        self, axis: Term, tile: RegisterTile, body: Estimate, sizes: Mapping[str, float]
+        self, statement: Term, tile: RegisterTile, body: Estimate, sizes: Mapping[str, float]
     ) -> _Statement:
         """One FMA per accumulator and one load per distinct operand each step; the
         accumulators are loaded before the loop and stored after it."""
@@ -238,28 +257,30 @@ class LoopCost:
         step = max(
             tile.count * max(1, _ops(value)) / OPS_PER_CYCLE, operand_loads / LOADS_PER_CYCLE
         ) + tile.count * _latency(value)
-        trips = axis_extent(axis)
+        trips = axis_extent(statement.args[0])  # type: ignore[arg-type]
         spill = tile.count * (1 / LOADS_PER_CYCLE + 1 / STORES_PER_CYCLE)
         compute = trips * (step + LOOP_OVERHEAD) + spill
-        return self.combine(sizes, [body], trips, compute)
+        return self.combine(statement, sizes, [body], trips, compute)
 
     def combine(
         self,
+        statement: Term,
         sizes: Mapping[str, float],
         children: Sequence[Estimate],
         trips: int,
         compute: float | None = None,
         first_touch: float = 0.0,
     ) -> _Statement:
-        """A statement touching `sizes` bytes per buffer that runs `children` `trips` times
+        """`statement`, touching `sizes` bytes per buffer, running `children` `trips` times
         (the reuse model of the module doc), plus its own `first_touch` cycles."""
         footprint = sum(sizes.values())
         largest = max([child.footprint for child in children])
         levels = zip(*[child.traffic for child in children], strict=True)
+        once = (footprint, footprint, footprint + self.restart_bytes(statement, sizes))
         traffic = tuple(
             [
-                footprint if largest <= usable else trips * sum(fetched)
-                for usable, fetched in zip(self._usable, levels, strict=True)
+                fetched_once if largest <= usable else trips * sum(fetched)
+                for fetched_once, usable, fetched in zip(once, self._usable, levels, strict=True)
             ]
         )
         if compute is None:
@@ -275,6 +296,59 @@ class LoopCost:
             self._bytes_per_cycle,
         )
         return _Statement(estimate, sizes)
+
+    # ------------------------------------------------------------ DRAM streams
+
+    def restart_bytes(self, statement: Term, sizes: Mapping[str, float]) -> float:
+        """STREAM_RESTART_BYTES for every run shorter than a row in which `statement` reads a
+        buffer once (its `sizes` bytes, the shortest run of the buffer's accesses)."""
+        shortest: dict[str, int] = {}
+        for (buffer, index), (run, _) in self.stream_runs(statement).items():
+            if run < _row_length(index):
+                shortest[buffer] = min(run, shortest.get(buffer, run))
+        line, item = self.machine.line_bytes, self.item_bytes
+        return STREAM_RESTART_BYTES * sum(
+            sizes[buffer] / max(run * item, line) for buffer, run in shortest.items()
+        )
+
+    def stream_runs(self, statement: Term) -> Mapping[tuple[str, Term], tuple[int, bool]]:
+        """For each access below `statement` that it streams (every loop of two or more trips
+        moves the access): how many consecutive elements of its last dimension it reads in a
+        row, in execution order, and whether one execution of `statement` reads just one such
+        run (else a loop moved to another row in between)."""
+        known = self._runs.get(statement)
+        if known is None:
+            known = self._runs[statement] = self._find_runs(statement)
+        return known
+
+    def _find_runs(self, statement: Term) -> dict[tuple[str, Term], tuple[int, bool]]:
+        a: tuple[Any, ...] = statement.args
+        match statement.op:
+            case "Stmt.store" | "Stmt.accumulate":
+                loads = [(str(load.args[0]), load.args[1]) for load in loads_in(a[-1])]
+                return {(str(a[0]), a[1]): (1, True), **{access: (1, True) for access in loads}}
+            case "Stmt.seq":
+                runs = dict(self.stream_runs(a[0]))
+                for access, (run, single) in self.stream_runs(a[1]).items():
+                    if access in runs:
+                        run, single = min(run, runs[access][0]), False
+                    runs[access] = (run, single)
+                return runs
+            case "Stmt.alloc":
+                return dict(self.stream_runs(a[2]))
+            case "Stmt.loop":
+                axis, trips = a[0], axis_extent(a[0])
+                runs = {}
+                for (buffer, index), (run, single) in self.stream_runs(a[2]).items():
+                    if single and _steps_one_run(index, axis, run):
+                        run *= trips
+                    elif depends_on(index, axis):
+                        single = False
+                    elif trips > 1:
+                        continue  # re-read: from cache, after the first pass (not a stream)
+                    runs[buffer, index] = (run, single)
+                return runs
+        raise ValueError(f"not a statement: {statement.op}")
 
     # ------------------------------------------------------------ footprints
 
@@ -322,7 +396,7 @@ class LoopCost:
         return known
 
     def _lines_bytes(self, index: Term, inner: frozenset[Term]) -> float:
-        items = index_items(index)
+        items = without_unit_tail(index_items(index))
         if not items:
             return float(self.machine.line_bytes)
         leaves = self.leaf_pieces(inner)
@@ -421,3 +495,36 @@ def _latency(scalar: Term) -> float:
     elif scalar.op == "Scalar.binary":
         own = BINARY_CYCLES.get(str(scalar.args[0]), 0.0)
     return own + sum(_latency(a) for a in scalar.args if isinstance(a, Term))
+
+
+def _row_length(index: Term) -> int:
+    """Elements in a row of the accessed buffer: the extent of the named axis that its last
+    index walks (lowering names axes after dimensions); 1 (no rows) for any other index."""
+    items = without_unit_tail(index_items(index))
+    last = items[-1] if items else None  # (a scalar buffer has no index)
+    if last is not None and last.op == "Index.axis" and last.args[0].op == "Axis.named":  # type: ignore[union-attr]
+        return axis_extent(last.args[0])  # type: ignore[arg-type]
+    return 1
+
+
+def _steps_one_run(index: Term, axis: Term, run: int) -> bool:
+    """True when a loop over `axis` moves only the last index of `index`, by exactly `run`
+    elements per trip: its trips read one run after the other."""
+    items = without_unit_tail(index_items(index))
+    if not items or any(moves_with(item, axis) for item in items[:-1]):
+        return False
+    last = items[-1]
+    if last.op != "Index.axis":
+        return False
+    walked = last.args[0]
+    return walked in pieces_of(axis) and _stride(axis, walked) == run  # type: ignore[arg-type]
+
+
+def _stride(axis: Term, ancestor: Term) -> int:
+    """Steps of `ancestor` per step of `axis`, a piece split from it (1 for itself)."""
+    stride = 1
+    while axis != ancestor:
+        if axis.op == "Axis.outer":
+            stride *= int(axis.args[1])  # type: ignore[arg-type]
+        axis = axis.args[0]  # type: ignore[assignment]
+    return stride

@@ -100,13 +100,15 @@ assert kernel.input_names == ("x", "W", "b")
 
 # %% [markdown]
 # The heart of the kernel is the `k` loop of the register tile: each step broadcasts one
-# element of `x`, loads a few vectors of row `k` of `W`, and updates accumulators (`acc0`,
-# `acc1`, ...) that stay in registers, with fused multiply-adds (`fmadd`) on an AVX-512 or
-# AVX2 machine.
+# element of `x`, loads a few vectors of row `k` of `W` (from `pk0`, the block of `W` copied
+# into a contiguous panel before the row blocks run, `rewrites/packing.py`), and updates
+# accumulators (`acc0`, `acc1`, ...) that stay in registers, with fused multiply-adds (`fmadd`)
+# on an AVX-512 or AVX2 machine.
 
 # %%
 lines = kernel.c_source.splitlines()
-start = next(n for n, line in enumerate(lines) if line.lstrip().startswith("for (int64_t k"))
+tile_loops = [n for n, line in enumerate(lines) if "acc0 = " in lines[min(n + 1, len(lines) - 1)]]
+start = next(n for n in tile_loops if lines[n].lstrip().startswith("for (int64_t k"))
 excerpt = "\n".join(lines[start : start + 6])
 print(excerpt)
 assert "acc0 = " in excerpt and "acc1 = " in excerpt

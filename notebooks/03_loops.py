@@ -49,19 +49,27 @@ assert canonical_nest.splitlines()[-2].strip() == "for k in 0..256:"
 # The chosen nest is a register tile: `i0` and `i1` are split (`i0.outer`, `i0.inner`, ...),
 # `k` is interchanged outside the tile's loops, the tile's rows are unrolled and its columns
 # vectorized, so each step of `k` updates a block of accumulators held in registers. The
-# outermost loop is parallel. Before the blocks of rows run, the block of `B` they all read is
-# copied into a contiguous panel `pk0` (panel packing, `rewrites.packing`, a pass after
-# extraction), so the tile reads `B` at unit stride instead of a row of `B` apart.
+# outermost loop is parallel. When a loop runs several blocks of rows over one block of `B`
+# (at 512³ here), that block is first copied into a contiguous panel `pk0` (panel packing,
+# `rewrites.packing`, a pass after extraction), so the tile reads `B` at unit stride instead of
+# a row of `B` apart.
 
 # %%
 chosen_nest = format_loops(matmul.program.body)
 print(chosen_nest)
 lines = chosen_nest.splitlines()
-k_line = max(n for n, line in enumerate(lines) if line.lstrip().startswith("for k "))
+k_line = next(  # the register tile's loop: over (a piece of) k, around the unrolled rows
+    n
+    for n, line in enumerate(lines)
+    if line.lstrip().startswith("for k") and "unroll(" in lines[n + 1]
+)
 assert "i0.inner" in lines[k_line + 1] and "unroll(" in lines[k_line + 1]
 assert "i1.inner" in lines[k_line + 2] and "vector(" in lines[k_line + 2]
 assert lines[0].startswith("for ") and "parallel" in lines[0]
-assert "alloc pk0" in chosen_nest and "in1" not in lines[k_line + 3]
+larger = eqsat.optimize(eqsat.tensor("A", (512, 512)) @ eqsat.tensor("B", (512, 512)))
+packed_nest = format_loops(larger.program.body)
+print(packed_nest)
+assert "alloc pk0" in packed_nest and "* pk0[" in packed_nest
 
 # %% [markdown]
 # ## Why it wins, in the cost model's terms

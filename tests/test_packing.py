@@ -79,9 +79,9 @@ def test_a_reused_block_is_packed_and_the_product_is_unchanged(
 
 
 def test_the_pipeline_packs_a_large_matmul_and_the_kernel_matches_numpy() -> None:
-    a, b = eqsat.tensor("a", (256, 256)), eqsat.tensor("b", (256, 256))
+    a, b = eqsat.tensor("a", (512, 512)), eqsat.tensor("b", (512, 512))
     rng = np.random.default_rng(0)
-    x, w = (rng.standard_normal((256, 256), np.float32) for _ in range(2))
+    x, w = (rng.standard_normal((512, 512), np.float32) for _ in range(2))
     for isa in ("avx512", "avx2", "scalar"):
         kernel = eqsat.compile(a @ b, isa=isa, progress=False)
         # (the scalar schedule has no vector loop, the packing's unit-stride condition)

@@ -26,8 +26,8 @@ from eqsat.interp import run
 from eqsat.loops import vectorizable
 from eqsat.terms import LoopProgram, Term, to_term
 from rewrites.lowering import lower
-from tests.programs import assert_close
 from rewrites.packing import pack_panels
+from tests.programs import assert_close
 from tests.test_loops import at, inner, named, nest, outer
 from tests.test_packing import tiled_matmul
 
