@@ -178,9 +178,11 @@ class _Lowering:
             self.statements.append(nest(out_axes, Term("Stmt.store", (buffer, target, copy))))
         elif t.op in ("TExpr.matmul", "TExpr.reduce"):
             op = "sum" if t.op == "TExpr.matmul" else str(t.args[0])
+            # the operands' nests (buffers they need) come before the init, so that the init
+            # and the accumulation are neighbours and can fuse with each other
+            reduction_axis, value = self.reduction(t, out_idx)
             init = Term("Scalar.const", (REDUCE_INIT[op],))
             self.statements.append(nest(out_axes, Term("Stmt.store", (buffer, target, init))))
-            reduction_axis, value = self.reduction(t, out_idx)
             accumulate = Term("Stmt.accumulate", (buffer, target, op, value))
             self.statements.append(nest([*out_axes, reduction_axis], accumulate))
         else:

@@ -173,7 +173,8 @@ def _contains(e: Term, part: Term) -> bool:
 def _panel_axes(body: Term, operand: Term, index: Term) -> list[Term]:
     """The loops inside `body` that `index` moves with, outermost first, when every occurrence
     of `operand` sits inside all of them (so each can index the packed buffer), else []."""
-    found: set[tuple[Term, ...]] = set()
+    found: list[tuple[Term, ...]] = []  # per occurrence, in program order (the first one's
+    # loop order lays out the panel; a set would make it depend on the hash seed)
 
     def visit(s: Term, around: tuple[Term, ...]) -> None:
         if s.op == "Stmt.loop":
@@ -182,7 +183,7 @@ def _panel_axes(body: Term, operand: Term, index: Term) -> list[Term]:
             if any(moves_with(item, axis) for item in index_items(index)):
                 around = (*around, axis)
         if s.op in ("Stmt.store", "Stmt.accumulate") and _contains(s.args[-1], operand):  # type: ignore[arg-type]
-            found.add(around)
+            found.append(around)
         for a in s.args:
             if isinstance(a, Term) and a.op.startswith("Stmt."):
                 visit(a, around)
@@ -190,7 +191,7 @@ def _panel_axes(body: Term, operand: Term, index: Term) -> list[Term]:
     visit(body, ())
     if len({frozenset(axes) for axes in found}) != 1:
         return []
-    axes = next(iter(found))
+    axes = found[0]
     return list(axes) if len(set(axes)) == len(axes) else []
 
 

@@ -4,6 +4,7 @@ the compile cache, broken entries and wrong candidates are discarded, progress i
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -109,22 +110,26 @@ def test_a_remembered_choice_is_built_without_timing(optimized: Optimized) -> No
 
 
 def test_a_remembered_choice_is_found_by_a_new_process(optimized: Optimized) -> None:
-    """The cache key and program digests do not depend on the process (hash seeds, ids)."""
-    here = [autotune.tuning_key(optimized, 4)] + [
-        autotune.program_digest(c.program) for c in optimized.candidates(4)
-    ]
+    """The cache key and the chosen program's digest do not depend on the process (hash seeds,
+    ids). The runner-up candidates may: the loop e-graph's size varies with the hash seed
+    (README, "Known limits"), so only the model's pick is compared."""
+    here = [autotune.tuning_key(optimized, 4), autotune.program_digest(optimized.program)]
     script = (
         "import eqsat, json; from eqsat import autotune as a;"
         f"o = eqsat.optimize(eqsat.softmax(eqsat.tensor('x', {SHAPE})), progress=False);"
-        "print(json.dumps([a.tuning_key(o, 4)]"
-        " + [a.program_digest(c.program) for c in o.candidates(4)]))"
+        "print(json.dumps([a.tuning_key(o, 4), a.program_digest(o.program)]))"
     )
     root = Path(__file__).resolve().parents[1]
-    output = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=root
-    ).stdout
-    there = json.loads(output)
-    assert there[0] == here[0] and sorted(there[1:]) == sorted(here[1:])
+    for seed in ("1", "2"):
+        output = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=root,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        assert json.loads(output) == here
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from eqsat import bench
+from eqsat.measure import interleaved_medians
 from extract.machine import Machine, host
 from tests.test_calibrate import FakeMeasure
 
@@ -95,3 +96,16 @@ def test_calibration_table_is_selected_by_only_and_written_to_json(
 def test_unknown_calibration_workload_is_a_usage_error() -> None:
     with pytest.raises(SystemExit):
         bench.main(["--only", "calibration:nonsense"], fake_machine())
+
+
+def test_interleaved_rounds_rotate_so_no_function_always_follows_the_same_one() -> None:
+    calls: list[str] = []
+    functions = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    medians = interleaved_medians(functions, repeats=6, budget_seconds=60.0)
+    assert set(medians) == {"a", "b", "c"} and all(t >= 0 for t in medians.values())
+    timed = calls[3:]  # after one warm-up call each
+    assert len(timed) == 18
+    followers = {
+        (timed[n], timed[n + 1]) for n in range(len(timed) - 1) if timed[n] != timed[n + 1]
+    }
+    assert {("a", "b"), ("b", "a"), ("c", "a"), ("a", "c")} <= followers

@@ -7,7 +7,7 @@ import pytest
 from eqsat.terms import Term
 from extract.loop_cost import LoopCost
 from extract.machine import Machine
-from tests.test_loops import at, named, nest
+from tests.test_loops import at, inner, named, nest, outer
 
 MACHINES = [
     Machine("avx512", cores=2, l1_bytes=48 << 10, l2_bytes=2 << 20, l3_bytes=32 << 20),
@@ -117,3 +117,55 @@ def test_a_temporary_in_a_loop_faults_its_pages_once(machine: Machine) -> None:
     once = cost.estimate(alloc).first_touch
     assert once > 0
     assert cost.estimate(nest([(i, "serial", ())], alloc)).first_touch == once
+
+
+def matvec(n: int, block: int | None, column: bool) -> Term:
+    """out0 += in0 @ in1 (n x n times n, or times an (n, 1) column) as a horizontal reduction
+    over k, row by row (block None) or with k blocked outside blocks of rows (1 KB pieces of each
+    row at a time for block 256)."""
+    i, k, one = named("i0", n), named("k", n), named("i1", 1)
+    right = Term("Scalar.load", ("in1", at(k, one) if column else at(k)))
+    product = Term("Scalar.binary", ("mul", Term("Scalar.load", ("in0", at(i, k))), right))
+    target = at(i, one) if column else at(i)
+    accumulate = Term("Stmt.accumulate", ("out0", target, "sum", product))
+    if block is None:
+        return nest([(i, "serial", ()), (k, "vector", (16,))], accumulate)
+    loops = [
+        (outer(i, block), "serial", ()),
+        (outer(k, block), "serial", ()),
+        (inner(i, block), "serial", ()),
+        (inner(k, block), "vector", (16,)),
+    ]
+    return nest(loops, accumulate)
+
+
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.isa)
+@pytest.mark.parametrize("column", [False, True], ids=["vector", "column"])
+def test_streaming_rows_in_pieces_costs_more(machine: Machine, column: bool) -> None:
+    """The same bytes, but a blocked matrix-vector product restarts the DRAM stream in every
+    row piece (STREAM_RESTART_BYTES); an (n, 1) column is priced as n contiguous elements."""
+    cost = LoopCost(machine, "float32")
+    rows = cost.estimate(matvec(4096, None, column))
+    blocked = cost.estimate(matvec(4096, 256, column))
+    assert blocked.traffic[2] > rows.traffic[2] * 1.1
+    assert blocked.cycles > rows.cycles
+    assert rows.footprint < 4096 * 4096 * 4 + 3 * 4096 * 4 + 64 * 3  # the column is not 4096 lines
+
+
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.isa)
+def test_a_horizontal_reduction_is_finished_once_per_run(machine: Machine) -> None:
+    """Reducing a row in 8 pieces pays the cross-lane finish 8 times; one whole-row loop, once."""
+    cost = LoopCost(machine, "float32")
+    n = 2048
+    i, k = named("i0", n), named("k", n)
+    product = Term(
+        "Scalar.binary",
+        ("mul", Term("Scalar.load", ("in0", at(i, k))), Term("Scalar.load", ("in1", at(k)))),
+    )
+    accumulate = Term("Stmt.accumulate", ("out0", at(i), "sum", product))
+    whole = nest([(i, "serial", ()), (k, "vector", (16,))], accumulate)
+    pieces = nest(
+        [(i, "serial", ()), (outer(k, 256), "unroll", (8,)), (inner(k, 256), "vector", (16,))],
+        accumulate,
+    )
+    assert cost.estimate(pieces).compute > cost.estimate(whole).compute
