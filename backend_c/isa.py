@@ -62,6 +62,11 @@ class VectorIsa:
             return f"{self._fn('storeu')}({pointer}, {value});"
         return f"{self._fn('mask_storeu')}({pointer}, {mask}, {value});"
 
+    def stream(self, pointer: str, value: str) -> str:
+        """A non-temporal store of a whole vector; `pointer` must be vector-aligned, and the
+        stores must be fenced (`_mm_sfence()`) before another thread reads them."""
+        return f"{self._fn('stream')}({pointer}, {value});"
+
     def broadcast(self, scalar: str) -> str:
         return f"{self._fn('set1')}({scalar})"
 

@@ -117,3 +117,35 @@ def test_emitted_c_matches_its_snapshot_and_runs(name: str, isa: str) -> None:
     inputs = {n: rng.standard_normal(s).astype(program.dtype) for n, s in program.inputs}
     want = run(program, inputs, dtype=np.float64)[0]
     assert_close(kernel(**inputs), want, program.dtype)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("shape", "isa", "streamed"),
+    [
+        ((1024, 2048), "avx512", True),  # 8 MB, rows of whole vectors
+        ((1024, 2048), "avx2", True),
+        ((1024, 2048), "scalar", False),  # no vector stores at all
+        ((512, 4100), "avx512", False),  # rows do not start on vector boundaries
+        ((256, 2048), "avx512", False),  # 2 MB: may still be in cache for the reader
+    ],
+)
+def test_large_outputs_are_stored_around_the_caches(
+    shape: tuple[int, int], isa: str, streamed: bool
+) -> None:
+    """Non-temporal stores only where every stored vector is aligned and the output is large
+    (backend_c.emit.STREAM_MIN_BYTES); the result is the same either way."""
+    a, b = eqsat.tensor("a", shape), eqsat.tensor("b", shape)
+    kernel = eqsat.compile(eqsat.relu(a * b) + 1.0, isa=isa, progress=False)
+    assert ("_stream_p" in kernel.c_source) == streamed
+    assert ("_mm_sfence();" in kernel.c_source) == streamed
+    rng = np.random.default_rng(2)
+    x, y = (rng.standard_normal(shape, np.float32) for _ in range(2))
+    assert_close(kernel(x, y), np.maximum(x * y, 0) + 1, "float32")  # type: ignore[arg-type]
+
+
+def test_an_output_the_kernel_reads_back_is_not_streamed() -> None:
+    """A matmul zeroes its output and then accumulates into it: streamed zeros would be read
+    back from memory."""
+    a, b = eqsat.tensor("a", (2048, 64)), eqsat.tensor("b", (64, 2048))  # a 16 MB output
+    kernel = eqsat.compile(a @ b, progress=False)
+    assert "_stream_p" not in kernel.c_source
