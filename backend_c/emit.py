@@ -1,12 +1,12 @@
 """C emission: a pure function from a loop program to C source.
 
 Loops marked `Vector` become SIMD loops through the ISA table in `isa.py` (masked tail on
-AVX-512, scalar remainder on AVX2). A vector loop storing to a large output (STREAM_MIN_BYTES)
-at vector-aligned addresses uses non-temporal stores, fenced after the loop: the output cannot
-stay in cache for its reader anyway, and the stores then skip reading each line first. The
-emitter re-checks that a vector loop is safe to vectorize (a single store or accumulate whose
-loads are contiguous or uniform along the loop, with ops that have a vector form) and emits the
-scalar loop otherwise, so correctness never rests on the guard
+AVX-512, scalar remainder on AVX2). A vector loop storing to a large output at vector-aligned
+addresses (`eqsat.loops.streamed_store`) uses non-temporal stores, fenced by each thread: the
+output cannot stay in cache for its reader anyway, and the stores then skip reading each line
+first. The emitter re-checks that a vector loop is safe to vectorize (a single store or
+accumulate whose loads are contiguous or uniform along the loop, with ops that have a vector
+form) and emits the scalar loop otherwise, so correctness never rests on the guard
 of the rule that placed the mark. `Parallel` becomes an OpenMP loop, `Unroll(n)` a GCC pragma.
 Every identifier in the C comes from the lowering (in0, out0, t0, i0, k, ...), never from a user.
 """
@@ -27,7 +27,7 @@ from eqsat.loops import (
     horizontal,
     register_tile,
     split_tile,
-    unit_stride_axes,
+    streamed_store,
     vectorizable,
 )
 from eqsat.terms import LoopProgram, Term, index_items
@@ -90,6 +90,10 @@ class _Emitter:
         self.fixed: dict[Term, str] = {}  # axes of unrolled loops -> their value in this copy
         self.uses_math = False  # a vector exp/log/tanh/sigmoid was emitted
         self.parallel_depth = 0
+        # Non-temporal stores emitted since the last fence: fenced once per iteration of the
+        # parallel loop around them, or at the end of the kernel (a fence after every vector
+        # loop of 32 elements made a nest 5x slower).
+        self.unfenced = False
         self.reread = _reread_buffers(program.body)  # stored, then loaded or accumulated
         self.lines: list[str] = []
         self.depth = 1
@@ -230,7 +234,8 @@ class _Emitter:
             self.register_tile_loop(axis, tile)
             return
         var, extent = axis_var(axis), axis_extent(axis)
-        if kind.op == "LoopKind.parallel" and not self.in_parallel:
+        region = kind.op == "LoopKind.parallel" and not self.in_parallel
+        if region:
             self.line("#pragma omp parallel for schedule(static)")
         elif kind.op == "LoopKind.unroll":
             self.line(f"#pragma GCC unroll {kind.args[0]}")
@@ -239,6 +244,11 @@ class _Emitter:
         self.parallel_depth += parallel
         self.nested(axis, body)
         self.parallel_depth -= parallel
+        if region and self.unfenced:  # each thread fences its own streamed stores
+            self.depth += 1
+            self.line("_mm_sfence();")
+            self.depth -= 1
+            self.unfenced = False
         self.line("}")
 
     @property
@@ -396,44 +406,24 @@ class _Emitter:
             self.line(f"for (; {var} < {extent}; ++{var}) {{")
             self.nested(axis, body)
             self.line("}")
-        if streaming:
-            self.line("_mm_sfence();")
+        self.unfenced |= streaming
         self.depth -= 1
         self.line("}")
 
     def streams(self, buffer: str, target: Term, axis: Term) -> bool:
-        """True when the whole-vector stores of a vector loop over `axis` into `buffer[target]`
-        may be non-temporal: `buffer` is an output of STREAM_MIN_BYTES or more (so the kernel's
-        caller hands it over 64-byte aligned, `backend_c.kernel.OutputPool`) that the kernel
-        never reads or accumulates into, every dimension
-        but the last spans whole vectors, and the loop's vectors start on vector boundaries
-        (each split between `axis` and the last index's axis has a tile of whole vectors)."""
+        """`eqsat.loops.streamed_store` for this kernel, and `buffer` is never read back in it
+        (a zeroed matmul output is accumulated into at once)."""
         assert self.vector is not None
-        lanes, shape = self.vector.lanes, self.shapes[buffer]
+        if buffer in self.reread:
+            return False
         item = 4 if self.dtype == "float32" else 8
-        if not buffer.startswith("out") or math.prod(shape) * item < STREAM_MIN_BYTES:
-            return False
-        if buffer in self.reread:  # (a zeroed matmul output is read back at once)
-            return False
-        if shape[-1] % lanes:
-            return False
-        last = index_items(target)[-1]
-        walked = last.args[0] if last.op == "Index.axis" else None
-        if walked not in unit_stride_axes(axis):
-            return False
-        piece = axis
-        while piece != walked:
-            if int(piece.args[1]) % lanes:  # type: ignore[arg-type]
-                return False
-            piece = piece.args[0]  # type: ignore[assignment]
-        return True
+        return streamed_store(buffer, self.shapes[buffer], item, target, axis, self.vector.lanes)
 
 
 _ARITH = frozenset({"add", "sub", "mul", "div", "max", "min"})
 # Vector accumulators of a horizontal reduction (sums may be reassociated, DESIGN §4): an FMA's
 # 4-cycle latency on one chain held a matrix-vector row at a quarter of the load rate.
 HORIZONTAL_CHAINS = 4
-STREAM_MIN_BYTES = 8 << 20  # outputs at least this large are stored around the caches
 
 
 def _reread_buffers(term: Term) -> set[str]:
@@ -449,6 +439,8 @@ def emit(program: LoopProgram, isa: str, symbol: str = "eqsat_kernel") -> str:
     """C source of `program` for ISA level `isa` ("avx512", "avx2" or "scalar")."""
     emitter = _Emitter(program, isa)
     emitter.statement(program.body)
+    if emitter.unfenced:
+        emitter.line("_mm_sfence();")
     header = [
         "/* generated by eqsat */",
         "#include <math.h>",

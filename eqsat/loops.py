@@ -140,6 +140,34 @@ def horizontal(axis: Term, body: Term) -> bool:
     return access_kind(target, axis) == "uniform"
 
 
+STREAM_MIN_BYTES = 8 << 20  # outputs at least this large are stored around the caches
+
+
+def streamed_store(
+    buffer: str, shape: tuple[int, ...], item_bytes: int, target: Term, axis: Term, lanes: int
+) -> bool:
+    """True when the whole-vector stores of a vector loop over `axis` into `buffer[target]`
+    (`buffer` of `shape`) are non-temporal in the emitted C, unless the kernel reads `buffer`
+    back: `buffer` is an output of STREAM_MIN_BYTES or more (so it comes 64-byte aligned,
+    `backend_c.kernel.OutputPool`), its rows are whole vectors, and the loop's vectors start on
+    vector boundaries (each split between `axis` and the last index's axis has a tile of whole
+    vectors). Such stores skip reading each line before writing it."""
+    if not buffer.startswith("out") or math.prod(shape) * item_bytes < STREAM_MIN_BYTES:
+        return False
+    if lanes == 1 or shape[-1] % lanes:
+        return False
+    last = index_items(target)[-1]
+    walked = last.args[0] if last.op == "Index.axis" else None
+    if walked not in unit_stride_axes(axis):
+        return False
+    piece = axis
+    while piece != walked:
+        if int(piece.args[1]) % lanes:  # type: ignore[arg-type]
+            return False
+        piece = piece.args[0]  # type: ignore[assignment]
+    return True
+
+
 def split_tile(axis: Term, bound: Iterable[Term]) -> int | None:
     """The tile T of the split of `axis` whose halves (maybe split again) are among `bound`."""
     for node in bound:

@@ -13,6 +13,9 @@ Each statement gets an `Estimate`, computed bottom-up from its children's:
   shared by neighbouring iterations), fetches its footprint into that level once; otherwise
   every execution of its children fetches again. That is the classical reuse model: tiling pays
   when a tile's footprint fits a cache.
+- A store to a large output through the caches reads each line before writing it (write
+  allocation); the vector stores the emitter makes non-temporal (`eqsat.loops.streamed_store`)
+  do not, so such an output costs its bytes once instead of twice.
 - Reads from DRAM stream well only in long runs: a statement that streams an access (reads
   each element once) pays STREAM_RESTART_BYTES more for every run of consecutive elements it
   reads when the runs are shorter than a row (`stream_runs`: a loop extends its body's run
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eqsat.loops import (
+    STREAM_MIN_BYTES,
     RegisterTile,
     axis_extent,
     depends_on,
@@ -43,6 +47,7 @@ from eqsat.loops import (
     pieces_of,
     register_tile,
     row_loop_of,
+    streamed_store,
     top_statements,
     unit_stride_axes,
     vectorizable,
@@ -124,6 +129,7 @@ class LoopCost:
         self._access_bytes: dict[tuple[Term, frozenset[Term]], float] = {}
         self._leaf_pieces: dict[frozenset[Term], tuple[tuple[frozenset[Term], int], ...]] = {}
         self._runs: dict[Term, dict[tuple[str, Term], tuple[int, bool]]] = {}
+        self._allocating: dict[Term, frozenset[str]] = {}
         capacities = (machine.l1_bytes, machine.l2_bytes, machine.l3_bytes)
         self._usable = tuple(capacity * CACHE_USE for capacity in capacities)
         self._bytes_per_cycle, self._dram_scaling = fetch_rates(machine)
@@ -200,7 +206,7 @@ class LoopCost:
         )
         sizes = self.bytes_per_buffer(self.accesses(statement))
         footprint = sum(sizes.values())
-        traffic = (footprint, footprint, footprint + self.restart_bytes(statement, sizes))
+        traffic = (footprint, footprint, footprint + self.dram_extra(statement, sizes))
         estimate = Estimate(compute, traffic, 0.0, footprint, 0.0, self._bytes_per_cycle)
         return _Statement(estimate, sizes)
 
@@ -276,7 +282,7 @@ class LoopCost:
         footprint = sum(sizes.values())
         largest = max([child.footprint for child in children])
         levels = zip(*[child.traffic for child in children], strict=True)
-        once = (footprint, footprint, footprint + self.restart_bytes(statement, sizes))
+        once = (footprint, footprint, footprint + self.dram_extra(statement, sizes))
         traffic = tuple(
             [
                 fetched_once if largest <= usable else trips * sum(fetched)
@@ -298,6 +304,48 @@ class LoopCost:
         return _Statement(estimate, sizes)
 
     # ------------------------------------------------------------ DRAM streams
+
+    def dram_extra(self, statement: Term, sizes: Mapping[str, float]) -> float:
+        """DRAM bytes beyond the footprint when `statement` fetches it once: stream restarts,
+        and the lines of large outputs stored without bypassing the caches, which are read
+        before they are written (`allocating_stores`)."""
+        allocated = sum(sizes[buffer] for buffer in self.allocating_stores(statement))
+        return self.restart_bytes(statement, sizes) + allocated
+
+    def allocating_stores(self, statement: Term) -> frozenset[str]:
+        """Outputs of STREAM_MIN_BYTES or more that `statement` stores into through the caches
+        (not `eqsat.loops.streamed_store` vector loops)."""
+        known = self._allocating.get(statement)
+        if known is None:
+            known = self._allocating[statement] = self._find_allocating(statement)
+        return known
+
+    def _find_allocating(self, statement: Term) -> frozenset[str]:
+        a: tuple[Any, ...] = statement.args
+        match statement.op:
+            case "Stmt.store":
+                shape = _named_shape(a[1])
+                output = str(a[0]).startswith("out") and shape is not None
+                large = output and math.prod(shape) * self.item_bytes >= STREAM_MIN_BYTES  # type: ignore[arg-type]
+                return frozenset([str(a[0])]) if large else frozenset()
+            case "Stmt.accumulate":
+                return frozenset()  # the element is read anyway (the footprint has it)
+            case "Stmt.seq":
+                return self.allocating_stores(a[0]) | self.allocating_stores(a[1])
+            case "Stmt.alloc":
+                return self.allocating_stores(a[2])
+            case "Stmt.loop":
+                body = self.allocating_stores(a[2])
+                if body and a[1].op == "LoopKind.vector" and a[2].op == "Stmt.store":
+                    buffer, target = str(a[2].args[0]), a[2].args[1]
+                    shape = _named_shape(target)
+                    vector = shape is not None and vectorizable(a[0], a[2])
+                    if vector and streamed_store(
+                        buffer, shape, self.item_bytes, target, a[0], self.lanes  # type: ignore[arg-type]
+                    ):
+                        return body - {buffer}
+                return body
+        raise ValueError(f"not a statement: {statement.op}")
 
     def restart_bytes(self, statement: Term, sizes: Mapping[str, float]) -> float:
         """STREAM_RESTART_BYTES for every run shorter than a row in which `statement` reads a
@@ -528,3 +576,12 @@ def _stride(axis: Term, ancestor: Term) -> int:
             stride *= int(axis.args[1])  # type: ignore[arg-type]
         axis = axis.args[0]  # type: ignore[assignment]
     return stride
+
+
+def _named_shape(index: Term) -> tuple[int, ...] | None:
+    """The shape of a buffer indexed by `index`, when every index is a named axis (lowering
+    names axes after the dimensions they walk, and outputs are indexed that way)."""
+    items = index_items(index)
+    if all(i.op == "Index.axis" and i.args[0].op == "Axis.named" for i in items):  # type: ignore[union-attr]
+        return tuple(axis_extent(i.args[0]) for i in items)  # type: ignore[arg-type]
+    return None
