@@ -169,3 +169,18 @@ def test_a_horizontal_reduction_is_finished_once_per_run(machine: Machine) -> No
         accumulate,
     )
     assert cost.estimate(pieces).compute > cost.estimate(whole).compute
+
+
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.isa)
+def test_a_large_output_stored_through_the_caches_is_read_first(machine: Machine) -> None:
+    """Write allocation: a scalar store loop fetches each output line before writing it; the
+    vector loop the emitter makes non-temporal (eqsat.loops.streamed_store) does not."""
+    cost = LoopCost(machine, "float32")
+    n = 2048  # a 16 MB output
+    streamed, allocating = cost.estimate(copy(n, "vector")), cost.estimate(copy(n, "serial"))
+    assert cost.allocating_stores(copy(n, "vector")) == frozenset()
+    assert cost.allocating_stores(copy(n, "serial")) == {"out0"}
+    output = n * n * 4
+    assert allocating.traffic[2] - streamed.traffic[2] == pytest.approx(output, rel=0.01)
+    small = LoopCost(machine, "float32")
+    assert small.allocating_stores(copy(256, "serial")) == frozenset()  # may stay in cache
