@@ -78,7 +78,7 @@ class Optimized:
     stages: tuple[SaturationReport, SaturationReport]
     machine: Machine
     forms: tuple[tuple[str, float], ...]  # each algebraic form scheduled, predicted cycles
-    extracted: Term  # `program.body` as extracted, before temporaries contract
+    extracted: Term  # `program.body` as extracted, before `after_extraction`
     algebra_graph: SerializedGraph = field(compare=False, repr=False)
     loop_graph: SerializedGraph = field(compare=False, repr=False)
 

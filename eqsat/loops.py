@@ -143,18 +143,22 @@ def horizontal(axis: Term, body: Term) -> bool:
 STREAM_MIN_BYTES = 8 << 20  # outputs at least this large are stored around the caches
 
 
+def large_output(buffer: str, shape: tuple[int, ...], item_bytes: int) -> bool:
+    """True when `buffer` is an output of STREAM_MIN_BYTES or more: too large to stay in cache
+    for its reader (its stores may bypass the caches, `streamed_store`)."""
+    return buffer.startswith("out") and math.prod(shape) * item_bytes >= STREAM_MIN_BYTES
+
+
 def streamed_store(
     buffer: str, shape: tuple[int, ...], item_bytes: int, target: Term, axis: Term, lanes: int
 ) -> bool:
     """True when the whole-vector stores of a vector loop over `axis` into `buffer[target]`
     (`buffer` of `shape`) are non-temporal in the emitted C, unless the kernel reads `buffer`
-    back: `buffer` is an output of STREAM_MIN_BYTES or more (so it comes 64-byte aligned,
+    back: `buffer` is a `large_output` (so it comes 64-byte aligned,
     `backend_c.kernel.OutputPool`), its rows are whole vectors, and the loop's vectors start on
     vector boundaries (each split between `axis` and the last index's axis has a tile of whole
     vectors). Such stores skip reading each line before writing it."""
-    if not buffer.startswith("out") or math.prod(shape) * item_bytes < STREAM_MIN_BYTES:
-        return False
-    if lanes == 1 or shape[-1] % lanes:
+    if not large_output(buffer, shape, item_bytes) or lanes == 1 or shape[-1] % lanes:
         return False
     last = index_items(target)[-1]
     walked = last.args[0] if last.op == "Index.axis" else None

@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from eqsat.loops import (
-    STREAM_MIN_BYTES,
     RegisterTile,
     axis_extent,
     depends_on,
     horizontal,
+    large_output,
     loads_in,
     moves_with,
     pieces_of,
@@ -222,12 +222,12 @@ class LoopCost:
                 return self.register_tile(statement, tile, body.estimate, sizes)
         per_trip = body.estimate.compute + (0.0 if kind.op == "LoopKind.unroll" else LOOP_OVERHEAD)
         vector = kind.op == "LoopKind.vector" and self.machine.isa != "scalar"
-        compute = per_trip * trips
-        if vector and vectorizable(axis, body_term):
+        vectorized = vector and vectorizable(axis, body_term)
+        if vectorized:
             trips = math.ceil(trips / self.lanes)
-            compute = per_trip * trips
-            if horizontal(axis, body_term):
-                compute -= trips * HORIZONTAL_STEP_SAVING - HORIZONTAL_FINISH
+        compute = per_trip * trips
+        if vectorized and horizontal(axis, body_term):
+            compute -= trips * HORIZONTAL_STEP_SAVING - HORIZONTAL_FINISH
         loop = self.combine(statement, sizes, [body.estimate], trips, compute)
         if kind.op != "LoopKind.parallel":
             return loop
@@ -313,8 +313,8 @@ class LoopCost:
         return self.restart_bytes(statement, sizes) + allocated
 
     def allocating_stores(self, statement: Term) -> frozenset[str]:
-        """Outputs of STREAM_MIN_BYTES or more that `statement` stores into through the caches
-        (not `eqsat.loops.streamed_store` vector loops)."""
+        """The `eqsat.loops.large_output` buffers that `statement` stores into through the
+        caches (not in `eqsat.loops.streamed_store` vector loops)."""
         known = self._allocating.get(statement)
         if known is None:
             known = self._allocating[statement] = self._find_allocating(statement)
@@ -325,8 +325,7 @@ class LoopCost:
         match statement.op:
             case "Stmt.store":
                 shape = _named_shape(a[1])
-                output = str(a[0]).startswith("out") and shape is not None
-                large = output and math.prod(shape) * self.item_bytes >= STREAM_MIN_BYTES  # type: ignore[arg-type]
+                large = shape is not None and large_output(str(a[0]), shape, self.item_bytes)
                 return frozenset([str(a[0])]) if large else frozenset()
             case "Stmt.accumulate":
                 return frozenset()  # the element is read anyway (the footprint has it)

@@ -133,7 +133,7 @@ def test_large_outputs_are_stored_around_the_caches(
     shape: tuple[int, int], isa: str, streamed: bool
 ) -> None:
     """Non-temporal stores only where every stored vector is aligned and the output is large
-    (backend_c.emit.STREAM_MIN_BYTES); the result is the same either way."""
+    (eqsat.loops.large_output); the result is the same either way."""
     a, b = eqsat.tensor("a", shape), eqsat.tensor("b", shape)
     kernel = eqsat.compile(eqsat.relu(a * b) + 1.0, isa=isa, progress=False)
     assert ("_stream_p" in kernel.c_source) == streamed
