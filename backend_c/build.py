@@ -25,8 +25,8 @@ from typing import Any
 
 import cffi
 
-from eqsat.errors import CompileError
-from extract.machine import cpu_flags
+from eqsat.core.errors import CompileError
+from eqsat.extract.machine import cpu_flags
 
 # Bump when the emitted code or the build changes in a way the other key parts do not capture.
 CODEGEN_VERSION = 3

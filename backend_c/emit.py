@@ -2,7 +2,7 @@
 
 Loops marked `Vector` become SIMD loops through the ISA table in `isa.py` (masked tail on
 AVX-512, scalar remainder on AVX2). A vector loop storing to a large output at vector-aligned
-addresses (`eqsat.loops.streamed_store`) uses non-temporal stores, fenced by each thread: the
+addresses (`eqsat.core.loops.streamed_store`) uses non-temporal stores, fenced by each thread: the
 output cannot stay in cache for its reader anyway, and the stores then skip reading each line
 first. The emitter re-checks that a vector loop is safe to vectorize (a single store or
 accumulate whose loads are contiguous or uniform along the loop, with ops that have a vector
@@ -17,10 +17,10 @@ import math
 import re
 from functools import partial
 
-from backend_c.abi import C_TYPES, prototype
-from backend_c.isa import VectorIsa
-from backend_c.vmath import VECTOR_FUNCTIONS
-from eqsat.loops import (
+from eqsat.backend_c.abi import C_TYPES, prototype
+from eqsat.backend_c.isa import VECTOR_FUNCTIONS, VectorIsa
+from eqsat.backend_c.vmath import vector_math
+from eqsat.core.loops import (
     RegisterTile,
     access_kind,
     axis_extent,
@@ -30,7 +30,7 @@ from eqsat.loops import (
     streamed_store,
     vectorizable,
 )
-from eqsat.terms import LoopProgram, Term, index_items
+from eqsat.core.terms import LoopProgram, Term, index_items
 
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _SCALAR_UNARY = {
@@ -276,7 +276,8 @@ class _Emitter:
 
     def register_tile_loop(self, axis: Term, tile: RegisterTile) -> None:
         """Unroll-and-jam with register promotion: the tile's accumulators are loaded into
-        registers before the loop, updated in it, and stored after it (eqsat.loops.RegisterTile)."""
+        registers before the loop, updated in it, and stored after it
+        (eqsat.core.loops.RegisterTile)."""
         buffer, target, op, value = tile.accumulate.args
         assert isinstance(target, Term) and isinstance(value, Term)
         vector = self.vector if tile.vector_axis is not None else None
@@ -411,7 +412,7 @@ class _Emitter:
         self.line("}")
 
     def streams(self, buffer: str, target: Term, axis: Term) -> bool:
-        """`eqsat.loops.streamed_store` for this kernel, and `buffer` is never read back in it
+        """`eqsat.core.loops.streamed_store` for this kernel, and `buffer` is never read back in it
         (a zeroed matmul output is accumulated into at once)."""
         assert self.vector is not None
         if buffer in self.reread:
@@ -421,8 +422,8 @@ class _Emitter:
 
 
 _ARITH = frozenset({"add", "sub", "mul", "div", "max", "min"})
-# Vector accumulators of a horizontal reduction (sums may be reassociated, DESIGN §4): an FMA's
-# 4-cycle latency on one chain held a matrix-vector row at a quarter of the load rate.
+# Vector accumulators of a horizontal reduction (sums may be reassociated, ARCHITECTURE §4):
+# an FMA's 4-cycle latency on one chain held a matrix-vector row at a quarter of the load rate.
 HORIZONTAL_CHAINS = 4
 
 
@@ -448,7 +449,9 @@ def emit(program: LoopProgram, isa: str, symbol: str = "eqsat_kernel") -> str:
         "#include <stdlib.h>",
     ]
     if emitter.vector is not None:
-        header += ["#include <immintrin.h>", "", emitter.vector.preamble(emitter.uses_math)]
+        header += ["#include <immintrin.h>", "", emitter.vector.preamble()]
+        if emitter.uses_math:
+            header[-1] += "\n" + vector_math(emitter.vector)
     signature = prototype(
         _identifier(symbol),
         len(program.inputs),

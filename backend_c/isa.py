@@ -8,12 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backend_c.vmath import VECTOR_FUNCTIONS, vector_math
-
 GCC_FLAGS = {
     "avx512": ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma"),
     "avx2": ("-mavx2", "-mfma"),
     "scalar": (),
+}
+
+# eqsat op -> the C function of backend_c/vmath.py that computes it on one vector.
+VECTOR_FUNCTIONS = {
+    "exp": "eq_vexp",
+    "log": "eq_vlog",
+    "tanh": "eq_vtanh",
+    "sigmoid": "eq_vsigmoid",
 }
 
 COMPARE_PREDICATES = {
@@ -87,7 +93,7 @@ class VectorIsa:
                 return f"{self._fn('max')}({x}, {zero})"
         if op in VECTOR_FUNCTIONS:
             return f"{VECTOR_FUNCTIONS[op]}({x})"
-        # eqsat.loops.VECTOR_UNARY lists exactly the ops above and those of VECTOR_FUNCTIONS.
+        # eqsat.core.loops.VECTOR_UNARY lists exactly the ops above and those of VECTOR_FUNCTIONS.
         raise ValueError(f"no vector form for {op}")
 
     def binary(self, op: str, a: str, b: str) -> str:
@@ -125,9 +131,9 @@ class VectorIsa:
         """Horizontal sum or max of all lanes (helper functions from `preamble`)."""
         return f"eq_hreduce_{op}({vector})"
 
-    def preamble(self, with_math: bool) -> str:
-        """C helpers for horizontal reductions, and the vector math functions when the kernel
-        calls them (`with_math`); emitted once per kernel."""
+    def preamble(self) -> str:
+        """C helpers for horizontal reductions, emitted once per kernel (before the vector math
+        functions of `backend_c.vmath.vector_math`, when the kernel calls them)."""
         ctype = "float" if self.dtype == "float32" else "double"
         lines = []
         for op, combine in (("sum", "{a} + {b}"), ("max", "({a} > {b} ? {a} : {b})")):
@@ -140,6 +146,4 @@ class VectorIsa:
                 f"    for (int i = 1; i < {self.lanes}; ++i) r = {step};\n"
                 f"    return r;\n}}\n"
             )
-        if with_math:
-            lines.append(vector_math(self))
         return "\n".join(lines)

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from backend_c.abi import C_TYPES
-from backend_c.build import Library
-from eqsat.errors import DTypeError
-from eqsat.saturate import SaturationReport
+from eqsat.backend_c.abi import C_TYPES
+from eqsat.backend_c.build import Library
+from eqsat.core.errors import DTypeError
+from eqsat.core.saturate import SaturationReport
 
 POOL_MIN_BYTES = 1 << 20  # smaller arrays come from malloc's free lists without page faults
 ALIGNMENT = 64  # bytes: a vector store never straddles two cache lines

@@ -25,18 +25,8 @@ import struct
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from backend_c.isa import VectorIsa
-
-# eqsat op -> the C function implementing it on one vector.
-VECTOR_FUNCTIONS = {
-    "exp": "eq_vexp",
-    "log": "eq_vlog",
-    "tanh": "eq_vtanh",
-    "sigmoid": "eq_vsigmoid",
-}
+from eqsat.backend_c.isa import VectorIsa
 
 
 @dataclass(frozen=True)

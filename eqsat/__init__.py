@@ -6,26 +6,34 @@
     kernel = eqsat.compile(eqsat.relu(x @ W + b))
     out = kernel(x=xa, W=Wa, b=ba)
 
-The public names load on first use (PEP 562): the lower layers (rewrites, extract, backend_c)
-import `eqsat.terms` and friends, and must not pull in the API that is built on top of them.
+The public names load on first use (PEP 562), so that importing a lower layer (`eqsat.core`,
+`eqsat.rewrites`, ...) does not load the whole compiler; docs/ARCHITECTURE.md gives the layers.
 """
 
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 
+# In a source checkout, rewrites/, extract/ and backend_c/ sit beside this folder (pyproject's
+# package-dir installs them as eqsat.rewrites, ...): a checkout on sys.path (`python -m pytest`
+# from its root) finds them as subpackages through the checkout's root.
+_CHECKOUT = Path(__file__).resolve().parent.parent
+if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "backend_c" / "__init__.py").is_file():
+    __path__.append(str(_CHECKOUT))
+
 _PUBLIC = {
-    "Kernel": "backend_c.kernel",
-    "Limits": "eqsat.saturate",
+    "Kernel": "eqsat.backend_c.kernel",
+    "Limits": "eqsat.core.saturate",
     "Optimized": "eqsat.api",
     "compile": "eqsat.api",
-    "draw_egraph": "eqsat.egraph_view",
+    "draw_egraph": "eqsat.view.egraph_view",
     "optimize": "eqsat.api",
     "jit": "eqsat.tracing",
     **dict.fromkeys(
         ["CompileError", "DTypeError", "EqsatError", "ShapeError", "UnsupportedError"],
-        "eqsat.errors",
+        "eqsat.core.errors",
     ),
     **dict.fromkeys(
         [

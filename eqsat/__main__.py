@@ -1,6 +1,6 @@
 """`python -m eqsat demo` (compile, check and time an MLP layer and a row softmax),
-`python -m eqsat bench [options]` (the benchmark of eqsat/bench.py; `--help` lists the options)
-and `python -m eqsat rules` (every rewrite rule with its identity and guard).
+`python -m eqsat bench [options]` (the benchmark of eqsat/tools/bench.py; `--help` lists the
+options) and `python -m eqsat rules` (every rewrite rule with its identity and guard).
 
 numpy is timed with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (this machine's environment sets
 them, which halves OpenBLAS's sgemm): the comparison is against the best numpy. And with
@@ -39,16 +39,16 @@ def main(argv: list[str]) -> int:
         print(f"usage:\n{usage}", file=sys.stderr)
         return 2
     if argv[0] == "rules":
-        from eqsat.catalog import print_rules
+        from eqsat.tools.catalog import print_rules
 
         print_rules()
         return 0
     _reexec_with_fair_openblas()
     if argv[0] == "bench":
-        from eqsat.bench import main as run_bench
+        from eqsat.tools.bench import main as run_bench
 
         return run_bench(argv[1:])
-    from eqsat.demo import run_demo
+    from eqsat.tools.demo import run_demo
 
     run_demo()
     return 0

@@ -14,30 +14,30 @@ from dataclasses import dataclass, field
 
 from egglog import EGraph
 
-from backend_c.abi import prototype
-from backend_c.build import build_library
-from backend_c.emit import emit
-from backend_c.isa import GCC_FLAGS
-from backend_c.kernel import Kernel, TensorSpec
 from eqsat.autotune import DEFAULT_CANDIDATES, fastest
-from eqsat.egraph_view import EGraphPicture, draw_egraph
+from eqsat.backend_c.abi import prototype
+from eqsat.backend_c.build import build_library
+from eqsat.backend_c.calibrate import calibrated_host
+from eqsat.backend_c.emit import emit
+from eqsat.backend_c.isa import GCC_FLAGS
+from eqsat.backend_c.kernel import Kernel, TensorSpec
+from eqsat.core.pretty import format_loops, format_tensor
+from eqsat.core.progress import Progress
+from eqsat.core.saturate import Limits, SaturationReport, saturate
+from eqsat.core.terms import Arg, LoopProgram, Term, to_egglog, to_term
+from eqsat.extract.extractor import NodeCost, SerializedGraph
+from eqsat.extract.loop_cost import Estimate, LoopCost
+from eqsat.extract.machine import Machine
+from eqsat.extract.tensor_cost import TensorCost
 from eqsat.frontend import Tensor
-from eqsat.pretty import format_loops, format_tensor
-from eqsat.progress import Progress
-from eqsat.saturate import Limits, SaturationReport, saturate
-from eqsat.terms import Arg, LoopProgram, Term, to_egglog, to_term
-from extract.calibrate import calibrated_host
-from extract.extractor import NodeCost, SerializedGraph
-from extract.loop_cost import Estimate, LoopCost
-from extract.machine import Machine
-from extract.tensor_cost import TensorCost
-from rewrites.algebra import algebra_rules
-from rewrites.algebra_facts import algebra_facts
-from rewrites.contraction import contract_temporaries
-from rewrites.lowering import lower
-from rewrites.packing import pack_panels
-from rewrites.rule import Identity
-from rewrites.schedule import ROOT, schedule
+from eqsat.rewrites.algebra import algebra_rules
+from eqsat.rewrites.algebra_facts import algebra_facts
+from eqsat.rewrites.contraction import contract_temporaries
+from eqsat.rewrites.lowering import lower
+from eqsat.rewrites.packing import pack_panels
+from eqsat.rewrites.rule import Identity
+from eqsat.rewrites.schedule import ROOT, schedule
+from eqsat.view.egraph_view import EGraphPicture, draw_egraph
 
 SYMBOL = "eqsat_kernel"
 # Candidates kept per e-class by the stage-2 extractor: the roofline cost is not a sum, so the
@@ -314,10 +314,10 @@ def optimize(
 ) -> Optimized:
     """Choose the algebraic form and the loop nest of `outputs` (no C is built).
 
-    `extra_rules` are identities of your own (`rewrites.rule.Identity`; check them first with
-    `rewrites.soundness.check_identity`) that stage 1 runs with the built-in ones.
+    `extra_rules` are identities of your own (`eqsat.rewrites.rule.Identity`; check them first with
+    `eqsat.rewrites.soundness.check_identity`) that stage 1 runs with the built-in ones.
     With `progress`, a stage that runs for seconds reports each round on stderr
-    (`eqsat.progress`)."""
+    (`eqsat.core.progress`)."""
     tensors, _ = _outputs(outputs)
     limits = limits or Limits()
     machine = machine or calibrated_host()
@@ -353,7 +353,7 @@ def optimize(
     )
 
 
-def compile(  # noqa: A001 - the public name is part of the stable API (DESIGN §8)
+def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITECTURE §8)
     outputs: Tensor | Sequence[Tensor],
     *,
     limits: Limits | None = None,

@@ -2,7 +2,7 @@
 
 `eqsat.compile(y, autotune=True)` (or `autotune=N`) calls `fastest`. It builds the model's top-N
 candidate programs one by one, checks each against the model's pick on random inputs (a candidate
-whose output differs beyond DESIGN §9's tolerance is discarded and reported), and times each
+whose output differs beyond ARCHITECTURE §9's tolerance is discarded and reported), and times each
 against the fastest so far (interleaved medians), printing one progress line per candidate on
 stderr:
 
@@ -32,12 +32,12 @@ from typing import Protocol
 
 import numpy as np
 
-from backend_c.build import CODEGEN_VERSION, cache_dir
-from backend_c.kernel import Kernel
-from eqsat.measure import agreement, interleaved_medians, random_inputs
-from eqsat.pretty import format_loops
-from eqsat.terms import LoopProgram
-from extract.machine import Machine, cpu_model
+from eqsat.backend_c.build import CODEGEN_VERSION, cache_dir
+from eqsat.backend_c.kernel import Kernel
+from eqsat.core.measure import agreement, interleaved_medians, random_inputs
+from eqsat.core.pretty import format_loops
+from eqsat.core.terms import LoopProgram
+from eqsat.extract.machine import Machine, cpu_model
 
 DEFAULT_CANDIDATES = 8
 # Bump when the candidates a program gets, or how they are timed, change in a way the cache key

@@ -1,6 +1,6 @@
 """The user-facing symbolic array: numpy-like operations that build `TExpr` terms.
 
-Every operation checks shapes (`eqsat.shapes`) and dtypes as it is built, so a `Tensor` always
+Every operation checks shapes (`eqsat.core.shapes`) and dtypes as it is built, so a `Tensor` always
 holds a well-formed term. Elementwise ops broadcast implicitly (numpy rules, no broadcast node);
 matmul gets explicit `TExpr.broadcast` nodes so that its batch dims are equal. Composite ops
 (softmax, gelu, layernorm) are built from the primitives::
@@ -23,10 +23,10 @@ from typing import Any, NamedTuple, SupportsFloat, TypeGuard
 import numpy as np
 from egglog import get_callable_args, get_callable_fn
 
-from eqsat import shapes
-from eqsat.errors import DTypeError, ShapeError, UnsupportedError
-from eqsat.shapes import Shape
-from eqsat.terms import DTYPES, TExpr, to_term
+from eqsat.core import shapes
+from eqsat.core.errors import DTypeError, ShapeError, UnsupportedError
+from eqsat.core.shapes import Shape
+from eqsat.core.terms import DTYPES, TExpr, to_term
 
 __all__ = [
     "Tensor",

@@ -22,12 +22,12 @@ from typing import Any, overload
 
 import numpy as np
 
-from backend_c.kernel import Kernel
 from eqsat import api
-from eqsat.errors import DTypeError
+from eqsat.backend_c.kernel import Kernel
+from eqsat.core.errors import DTypeError
+from eqsat.core.saturate import Limits
+from eqsat.extract.machine import Machine
 from eqsat.frontend import Tensor, tensor
-from eqsat.saturate import Limits
-from extract.machine import Machine
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple, overload
 
 from egglog import EGraph
 
-from eqsat.terms import CONSTRUCTORS, Arg, Term
+from eqsat.core.terms import CONSTRUCTORS, Arg, Term
 
 NodeCost = Callable[[str, Sequence[Arg], Sequence[float]], float]
 

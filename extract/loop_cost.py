@@ -4,7 +4,7 @@ Each statement gets an `Estimate`, computed bottom-up from its children's:
 - compute: issue cycles on one core. A leaf statement costs its loads, arithmetic and stores at
   the machine's per-cycle rates (2 loads, 2 FMA/ALU ops, 1 store) plus math-function latency; a
   loop multiplies its body by the trip count (vector loops by the vector count) plus loop
-  overhead; a register tile (`eqsat.loops.register_tile`, what the emitter keeps in registers)
+  overhead; a register tile (`eqsat.core.loops.register_tile`, what the emitter keeps in registers)
   costs one FMA per accumulator and one load per distinct operand per step, with no
   load/store of the accumulators inside the loop.
 - memory: the bytes each statement brings into L1, L2 and L3 from the level below. A statement
@@ -14,7 +14,7 @@ Each statement gets an `Estimate`, computed bottom-up from its children's:
   every execution of its children fetches again. That is the classical reuse model: tiling pays
   when a tile's footprint fits a cache.
 - A store to a large output through the caches reads each line before writing it (write
-  allocation); the vector stores the emitter makes non-temporal (`eqsat.loops.streamed_store`)
+  allocation); the vector stores the emitter makes non-temporal (`eqsat.core.loops.streamed_store`)
   do not, so such an output costs its bytes once instead of twice.
 - Reads from DRAM stream well only in long runs: a statement that streams an access (reads
   each element once) pays STREAM_RESTART_BYTES more for every run of consecutive elements it
@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eqsat.loops import (
+from eqsat.core.loops import (
     RegisterTile,
     axis_extent,
     depends_on,
@@ -53,15 +53,15 @@ from eqsat.loops import (
     vectorizable,
     without_unit_tail,
 )
-from eqsat.terms import Arg, Term, index_items
-from extract.machine import Machine
+from eqsat.core.terms import Arg, Term, index_items
+from eqsat.extract.machine import Machine
 
 LOOP_OVERHEAD = 1.0  # cycles per iteration (increment, compare, branch)
 PARALLEL_START = 20_000.0  # cycles to wake a thread team (~7 us after the first region)
 UNARY_CYCLES = {"exp": 10.0, "log": 10.0, "tanh": 14.0, "sigmoid": 12.0, "sqrt": 6.0}
 BINARY_CYCLES = {"div": 4.0}
 LOADS_PER_CYCLE, OPS_PER_CYCLE, STORES_PER_CYCLE = 2.0, 2.0, 1.0
-# A horizontal reduction (`eqsat.loops.horizontal`, the emitter's own test) keeps its partial
+# A horizontal reduction (`eqsat.core.loops.horizontal`, the emitter's own test) keeps its partial
 # results in vector registers: no load and store of the element per step; after the loop, the
 # partial results are reduced across lanes (log2(16) shuffle-and-add steps, ~3 cycles each) and
 # combined into the element.
@@ -182,7 +182,7 @@ class LoopCost:
 
     def first_touch(self, alloc: Term) -> float:
         """Page faults of a fresh temporary: one row (or tile of rows) when it will be contracted
-        into its row loop (rewrites.contraction), else all of it."""
+        into its row loop (eqsat.rewrites.contraction), else all of it."""
         name, shape_arg, body = alloc.args
         shape = tuple(int(n) for n in shape_arg)  # type: ignore[union-attr, arg-type]
         while isinstance(body, Term) and body.op == "Stmt.alloc":
@@ -313,8 +313,8 @@ class LoopCost:
         return self.restart_bytes(statement, sizes) + allocated
 
     def allocating_stores(self, statement: Term) -> frozenset[str]:
-        """The `eqsat.loops.large_output` buffers that `statement` stores into through the
-        caches (not in `eqsat.loops.streamed_store` vector loops)."""
+        """The `eqsat.core.loops.large_output` buffers that `statement` stores into through the
+        caches (not in `eqsat.core.loops.streamed_store` vector loops)."""
         known = self._allocating.get(statement)
         if known is None:
             known = self._allocating[statement] = self._find_allocating(statement)

@@ -2,8 +2,9 @@
 
 Every stage that depends on the hardware takes a `Machine`, so tests can pass a fake one.
 Measured peaks (flops, bandwidth per memory level) are an optional `Calibration` on the Machine:
-`host()` leaves it None (instant); `extract.calibrate.calibrated_host()` fills it in (a short run,
-cached on disk); tests build `Machine(..., calibration=Calibration(...))` with made-up figures.
+`host()` leaves it None (instant); `eqsat.backend_c.calibrate.calibrated_host()` fills it in
+(a short run, cached on disk); tests build `Machine(..., calibration=Calibration(...))` with
+made-up figures.
 """
 
 from __future__ import annotations

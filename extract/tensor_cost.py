@@ -4,7 +4,7 @@ Stage 1 chooses among algebraic forms before any loop exists, so it counts work,
 
 - flops: a matmul (..., m, k) @ (..., k, n) costs 2·m·k·n per batch element; an elementwise op
   one flop per result element, a math function or a division as many as the cycles the stage-2
-  model charges it (`extract.loop_cost`); a reduction one per input element; layout ops
+  model charges it (`eqsat.extract.loop_cost`); a reduction one per input element; layout ops
   (transpose, broadcast, reshape) none.
 - bytes: every op reads its tensor operands and writes its result, `bytes_per_element` each.
 
@@ -21,10 +21,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from eqsat import shapes
-from eqsat.shapes import Shape
-from eqsat.terms import Arg, Term
-from extract.loop_cost import BINARY_CYCLES, UNARY_CYCLES
+from eqsat.core import shapes
+from eqsat.core.shapes import Shape
+from eqsat.core.terms import Arg, Term
+from eqsat.extract.loop_cost import BINARY_CYCLES, UNARY_CYCLES
 
 BYTE_WEIGHT = 2.0**-32
 LAYOUT_OPS = ("TExpr.transpose", "TExpr.broadcast", "TExpr.reshape")
@@ -32,7 +32,7 @@ LAYOUT_OPS = ("TExpr.transpose", "TExpr.broadcast", "TExpr.reshape")
 
 @dataclass(frozen=True)
 class TensorCost:
-    """Stage-1 cost of one node given its children's costs (`extract.extractor.NodeCost`).
+    """Stage-1 cost of one node given its children's costs (`eqsat.extract.extractor.NodeCost`).
 
     It requires: `children` are the node's arguments, tensor children as well-shaped terms.
     """

@@ -23,7 +23,7 @@ import numpy as np
 from IPython.display import display
 
 import eqsat
-from eqsat.measure import agreement, interleaved_medians, random_inputs
+from eqsat.core.measure import agreement, interleaved_medians, random_inputs
 
 # %% [markdown]
 # ## The algorithm

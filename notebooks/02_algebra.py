@@ -27,16 +27,16 @@ from egglog import EGraph
 from IPython.display import display
 
 import eqsat
-from eqsat import shapes
-from eqsat.interp import evaluate
-from eqsat.plot import Point, scatter
-from eqsat.pretty import format_loops, format_tensor
-from eqsat.saturate import Limits, SaturationReport, saturate
-from eqsat.terms import Term, to_egglog, to_term
-from extract.extractor import SerializedGraph
-from extract.tensor_cost import TensorCost
-from rewrites.algebra import algebra_rules
-from rewrites.algebra_facts import algebra_facts
+from eqsat.core import shapes
+from eqsat.core.interp import evaluate
+from eqsat.core.pretty import format_loops, format_tensor
+from eqsat.core.saturate import Limits, SaturationReport, saturate
+from eqsat.core.terms import Term, to_egglog, to_term
+from eqsat.extract.extractor import SerializedGraph
+from eqsat.extract.tensor_cost import TensorCost
+from eqsat.rewrites.algebra import algebra_rules
+from eqsat.rewrites.algebra_facts import algebra_facts
+from eqsat.view.plot import Point, scatter
 
 # %% [markdown]
 # ## Three matrices
@@ -78,7 +78,7 @@ assert best.stages[0].matches["matmul-assoc-right"] > 0
 # %% [markdown]
 # ## Watching the e-graph grow
 #
-# `eqsat.optimize` runs stage 1 with the saturation driver, `eqsat.saturate.saturate`: each
+# `eqsat.optimize` runs stage 1 with the saturation driver, `eqsat.core.saturate.saturate`: each
 # round runs the shape analyses (`algebra_facts`) to saturation, then every algebra rule once,
 # and checks the limits. Its `progress` callback sees the report after every round. We run it
 # by hand on a chain of ten matrices and extract with the stage's cost model
@@ -208,7 +208,7 @@ assert optimal_chain_flops(dims) < matmul_flops(early_form) < written_flops
 # report's "form scheduled" lines), which schedules each and keeps the one predicted faster:
 # the factored form. There `Y + Z` is never stored whole: it is computed inside the matmul's
 # loop (or, when a loop reuses a block of it, once per block into a small contiguous panel:
-# panel packing, `rewrites.packing`).
+# panel packing, `eqsat.rewrites.packing`).
 
 # %%
 X = eqsat.tensor("X", (256, 128))

@@ -24,11 +24,11 @@ import os
 from IPython.display import display
 
 import eqsat
-from eqsat import model_check
-from eqsat.plot import Point, scatter
-from eqsat.pretty import format_loops
-from eqsat.terms import LoopProgram
-from extract.loop_cost import LoopCost
+from eqsat.core.pretty import format_loops
+from eqsat.core.terms import LoopProgram
+from eqsat.extract.loop_cost import LoopCost
+from eqsat.tools import model_check
+from eqsat.view.plot import Point, scatter
 
 # %% [markdown]
 # ## Matmul, 256³
@@ -51,7 +51,7 @@ assert canonical_nest.splitlines()[-2].strip() == "for k in 0..256:"
 # vectorized, so each step of `k` updates a block of accumulators held in registers. The
 # outermost loop is parallel. When a loop runs several blocks of rows over one block of `B`
 # (at 512³ here), that block is first copied into a contiguous panel `pk0` (panel packing,
-# `rewrites.packing`, a pass after extraction), so the tile reads `B` at unit stride instead of
+# `rewrites/packing.py`, a pass after extraction), so the tile reads `B` at unit stride instead of
 # a row of `B` apart.
 
 # %%
@@ -126,7 +126,7 @@ assert "alloc t0[512, 512]" not in format_loops(softmax.program.body)
 # %% [markdown]
 # ## Candidates: predicted against measured
 #
-# `eqsat.model_check.check_workload` (the cost-model check of notebook 5) optimizes a workload
+# `eqsat.tools.model_check.check_workload` (the cost-model check of notebook 5) optimizes a workload
 # again and takes candidates from its kernel e-graph with `Optimized.candidates`: the `best`
 # cheapest distinct nests under the cost model (the first is the chosen one), then random
 # ones, which reach slow corners (untiled, strided, scalar). It builds each with

@@ -22,13 +22,18 @@
 import numpy as np
 
 import eqsat
-from eqsat.interp import evaluate
-from eqsat.pretty import format_tensor
-from eqsat.terms import TExpr
-from rewrites.algebra import IDENTITIES
-from rewrites.algebra_elementwise import add
-from rewrites.rule import Identity
-from rewrites.soundness import UnsoundIdentityError, check_identity, fired_instances, input_shapes
+from eqsat.core.interp import evaluate
+from eqsat.core.pretty import format_tensor
+from eqsat.core.terms import TExpr
+from eqsat.rewrites.algebra import IDENTITIES
+from eqsat.rewrites.algebra_elementwise import add
+from eqsat.rewrites.rule import Identity
+from eqsat.rewrites.soundness import (
+    UnsoundIdentityError,
+    check_identity,
+    fired_instances,
+    input_shapes,
+)
 
 # %% [markdown]
 # ## A correct rule

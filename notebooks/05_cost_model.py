@@ -14,7 +14,7 @@
 # eqsat never times a nest to choose it (unless asked to autotune): it predicts cycles with an
 # analytical model of the machine — vector width, cores, cache sizes — and extracts the
 # cheapest nest. The model is only as good as its ranking: does a nest it predicts faster
-# actually run faster here? This notebook measures that with `eqsat.model_check`, the same
+# actually run faster here? This notebook measures that with `eqsat.tools.model_check`, the same
 # check as `python -m eqsat bench --only calibration`, at small sizes.
 
 # %%
@@ -24,9 +24,9 @@ import os
 from IPython.display import display
 
 import eqsat
-from eqsat import model_check
-from eqsat.plot import Point, scatter
-from extract.machine import host
+from eqsat.extract.machine import host
+from eqsat.tools import model_check
+from eqsat.view.plot import Point, scatter
 
 # %% [markdown]
 # ## The machine, as the model sees it

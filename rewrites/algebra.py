@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 from egglog import Ruleset, ruleset
 
-from rewrites import algebra_elementwise, algebra_layout, algebra_matmul, algebra_reduce
-from rewrites.rule import Identity
+from eqsat.rewrites import algebra_elementwise, algebra_layout, algebra_matmul, algebra_reduce
+from eqsat.rewrites.rule import Identity
 
 IDENTITIES: tuple[Identity, ...] = (
     *algebra_elementwise.IDENTITIES,

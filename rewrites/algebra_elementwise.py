@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from egglog import Vec, eq, f64, i64, ne
 
-from eqsat.terms import TExpr
-from rewrites.algebra_facts import few_operands, has_shape, single_operand
-from rewrites.rule import Identity
+from eqsat.core.terms import TExpr
+from eqsat.rewrites.algebra_facts import few_operands, has_shape, single_operand
+from eqsat.rewrites.rule import Identity
 
 X = {"x": TExpr}
 XY = {"x": TExpr, "y": TExpr}

@@ -44,7 +44,7 @@ from egglog import (
 )
 from egglog.egraph import FactLike, RewriteOrRule
 
-from eqsat.terms import TExpr
+from eqsat.core.terms import TExpr
 
 AC_MAX_OPERANDS = 6  # the largest sum (or product) associativity rebuilds; 3**6 = 729 nodes
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from egglog import String, Vec, eq, i64
 
-from eqsat.terms import TExpr
-from rewrites.algebra_facts import gather, has_shape, is_scalar, same_rank
-from rewrites.rule import Identity
+from eqsat.core.terms import TExpr
+from eqsat.rewrites.algebra_facts import gather, has_shape, is_scalar, same_rank
+from eqsat.rewrites.rule import Identity
 
 INTS = Vec[i64]  # a permutation or a shape
 XP = {"x": TExpr, "p": INTS}

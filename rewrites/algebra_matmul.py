@@ -10,16 +10,16 @@ from __future__ import annotations
 from egglog import Vec, eq, i64
 from egglog.egraph import FactLike
 
-from eqsat.terms import TExpr
-from rewrites.algebra_elementwise import XYZ, mul
-from rewrites.algebra_facts import (
+from eqsat.core.terms import TExpr
+from eqsat.rewrites.algebra_elementwise import XYZ, mul
+from eqsat.rewrites.algebra_facts import (
     few_operands,
     is_scalar,
     same_shape,
     shape_of,
     single_operand,
 )
-from rewrites.rule import Identity
+from eqsat.rewrites.rule import Identity
 
 XYC = {"x": TExpr, "y": TExpr, "c": TExpr}
 XYP = {"x": TExpr, "y": TExpr, "p": Vec[i64]}

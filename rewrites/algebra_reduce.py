@@ -10,10 +10,10 @@ from __future__ import annotations
 from egglog import String, Vec, eq, f64, i64
 from egglog.egraph import FactLike
 
-from eqsat.terms import TExpr
-from rewrites.algebra_elementwise import const, mul
-from rewrites.algebra_facts import has_shape, same_shape, shape_of
-from rewrites.rule import Identity
+from eqsat.core.terms import TExpr
+from eqsat.rewrites.algebra_elementwise import const, mul
+from eqsat.rewrites.algebra_facts import has_shape, same_shape, shape_of
+from eqsat.rewrites.rule import Identity
 
 INTS = Vec[i64]
 

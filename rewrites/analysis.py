@@ -43,7 +43,7 @@ from egglog import (
 )
 from egglog.egraph import FactLike, RewriteOrRule
 
-from eqsat.terms import Axis, Footprint, Index, IndexList, LoopKind, Scalar, Stmt
+from eqsat.core.terms import Axis, Footprint, Index, IndexList, LoopKind, Scalar, Stmt
 
 EMPTY = Set[String].empty()
 EMPTY_DIMS = Set[i64].empty()
@@ -332,7 +332,7 @@ def independent(body: Stmt, base: Axis) -> list[FactLike]:
 def reorderable(body: Stmt, base: Axis) -> list[FactLike]:
     """Guard: iterations over `base` may run in any order (not in parallel): every written
     buffer is partitioned, or only accumulated with one op and never loaded or stored
-    (reassociating float sums is allowed, DESIGN §4)."""
+    (reassociating float sums is allowed, ARCHITECTURE §4)."""
     commutative = ((sums(body) - maxes(body)) | (maxes(body) - sums(body))) - stores(body)
     only_accumulated = commutative - reads(body)
     return [eq((writes(body) & mixed(body, base)) - only_accumulated).to(EMPTY)]

@@ -20,9 +20,9 @@ from collections.abc import Iterable
 from egglog import Ruleset, String, eq, i64, relation, rule, ruleset
 from egglog.egraph import RewriteOrRule
 
-from eqsat.terms import Axis, Index, IndexList, LoopKind, Scalar, Stmt
-from rewrites.analysis import analysis, base_of, extent, independent, top_loop
-from rewrites.rule import Identity
+from eqsat.core.terms import Axis, Index, IndexList, LoopKind, Scalar, Stmt
+from eqsat.rewrites.analysis import analysis, base_of, extent, independent, top_loop
+from eqsat.rewrites.rule import Identity
 
 SERIAL = LoopKind.serial()
 

@@ -9,21 +9,21 @@ the same iteration; keeping the whole M x N array sends it through DRAM for noth
 the row stays in L1 (and each thread has its own).
 
 This is a pass over the extracted program, not an e-graph rule: it rewrites indices inside a
-loop body, the substitution DESIGN §3 keeps out of the e-graph. It applies when
+loop body, the substitution ARCHITECTURE §3 keeps out of the e-graph. It applies when
 1. the temporary is allocated at the top of the program and touched by exactly one top-level
    statement, a loop over a named axis `a` whose extent is the temporary's first dimension, or
    over the tiles `a.outer(T)` of one;
 2. every access to it holds plain `a` as its first index.
 Then iteration `a` touches only row `a` (tile `a.outer` only its T rows), which the program
 writes before it reads, so a fresh row (block of T rows, indexed by `a.inner(T)`) per iteration
-computes the same result. `eqsat.loops.row_loop_of` is the test, shared with the cost model.
+computes the same result. `eqsat.core.loops.row_loop_of` is the test, shared with the cost model.
 """
 
 from __future__ import annotations
 
-from eqsat.loops import ACCESS_OPS, row_loop_of, top_statements
-from eqsat.terms import Term, index_items, index_list
-from rewrites.lowering import seq
+from eqsat.core.loops import ACCESS_OPS, row_loop_of, top_statements
+from eqsat.core.terms import Term, index_items, index_list
+from eqsat.rewrites.lowering import seq
 
 
 def contract_temporaries(body: Term) -> Term:

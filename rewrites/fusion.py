@@ -14,9 +14,9 @@ from __future__ import annotations
 from egglog import Ruleset, eq, rule, ruleset, var
 from egglog.egraph import FactLike
 
-from eqsat.terms import Axis, LoopKind, Stmt
-from rewrites.analysis import EMPTY, asks, base_of, mixed, reads, writes
-from rewrites.rule import Identity
+from eqsat.core.terms import Axis, LoopKind, Stmt
+from eqsat.rewrites.analysis import EMPTY, asks, base_of, mixed, reads, writes
+from eqsat.rewrites.rule import Identity
 
 SERIAL = LoopKind.serial()
 VARIABLES = {"a": Axis, "first": Stmt, "second": Stmt, "rest": Stmt, "c": Axis}

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from egglog import Ruleset, ne, ruleset
 
-from eqsat.terms import Axis, LoopKind, Stmt
-from rewrites.analysis import base_of, reorderable
-from rewrites.rule import Identity
+from eqsat.core.terms import Axis, LoopKind, Stmt
+from eqsat.rewrites.analysis import base_of, reorderable
+from eqsat.rewrites.rule import Identity
 
 SERIAL = LoopKind.serial()
 

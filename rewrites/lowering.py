@@ -13,7 +13,7 @@ The canonical form, for `relu(x @ W + b)` with x (M, K), W (K, N)::
 Rules of the translation:
 - Axes are named by role and extent: output dimension d is `i{d}`, a reduced input dimension d is
   `r{d}`, the matmul contraction is `k`. Nests over the same tensor shape therefore share axis
-  terms, which is what lets sibling-loop fusion work without renaming (DESIGN §3).
+  terms, which is what lets sibling-loop fusion work without renaming (ARCHITECTURE §3).
 - Elementwise ops, broadcasts, transposes and reshapes are inlined into the consumer's scalar
   expression (an index mapping, no loop of their own).
 - A value gets a buffer of its own when it is a matmul or a reduction, an output, or used more
@@ -21,7 +21,7 @@ Rules of the translation:
 - The right operand of a matmul is copied into a buffer when it is a transpose that moves its
   last dimension (x @ K.T) and the left operand has at least PACK_MIN_ROWS rows: read in place,
   the vector axis of the product would stride through K; copied once, the product is a plain
-  unit-stride matmul that register tiles (`eqsat.loops.register_tile`).
+  unit-stride matmul that register tiles (`eqsat.core.loops.register_tile`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from eqsat import shapes
-from eqsat.errors import DTypeError, ShapeError
-from eqsat.terms import LoopProgram, Term, index_list
+from eqsat.core import shapes
+from eqsat.core.errors import DTypeError, ShapeError
+from eqsat.core.terms import LoopProgram, Term, index_list
 
 EXPENSIVE_UNARY = frozenset({"exp", "log", "tanh", "sigmoid", "sqrt"})
 PACK_MIN_ROWS = 8  # rows of the left operand that reuse each copied element of the right one

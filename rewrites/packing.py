@@ -15,8 +15,8 @@ block (matmul 1024^3 on this machine: 7.4 -> 5.7 ms). The copy is what BLAS libr
 packing. An operand is a load, or an expression whose loads all share one index list: in
 `X @ (Y + Z)` the panel holds `Y + Z`, computed once per panel instead of once per row block.
 
-This is a pass over the extracted program, like `rewrites.contraction`: it introduces a buffer
-and rewrites indices inside a body, which DESIGN §3 keeps out of the e-graph. The cost model
+This is a pass over the extracted program, like `eqsat.rewrites.contraction`: it introduces a buffer
+and rewrites indices inside a body, which ARCHITECTURE §3 keeps out of the e-graph. The cost model
 prices the program before packing. A serial or parallel loop L packs an operand E (a maximal
 scalar subexpression of a statement inside L whose loads all have index list I) when
 1. nothing inside L writes a buffer E loads: E's value depends only on the value of I, so one
@@ -38,9 +38,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from eqsat.loops import access_kind, axis_extent, loads_in, moves_with
-from eqsat.terms import LoopProgram, Term, index_items, index_list
-from rewrites.lowering import index_of, seq
+from eqsat.core.loops import access_kind, axis_extent, loads_in, moves_with
+from eqsat.core.terms import LoopProgram, Term, index_items, index_list
+from eqsat.rewrites.lowering import index_of, seq
 
 PANEL_BYTES = 128 * 1024  # a panel stays well inside L2 next to the rows it is multiplied with
 REUSE_KINDS = ("LoopKind.serial", "LoopKind.parallel")  # unrolled copies share one load already

@@ -16,10 +16,10 @@ built).
 
 `finite_only` marks an identity that holds only for finite inputs (x - x is not 0 for inf);
 any other identity holds for inf and nan inputs as well. Both kinds are used by the optimizer
-(DESIGN §9: the contract is on finite inputs); the flag states the domain, and the soundness
+(ARCHITECTURE §9: the contract is on finite inputs); the flag states the domain, and the soundness
 tests feed inf and nan only to identities without it. Every identity is exact in real
 arithmetic: where an intermediate overflows, the two sides may differ in float arithmetic, as
-reassociation allows (DESIGN §4).
+reassociation allows (ARCHITECTURE §4).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 from egglog import RewriteOrRule, eq, rule, union, var
 from egglog.egraph import FactLike
 
-from eqsat.terms import sort_of
+from eqsat.core.terms import sort_of
 
 KEBAB_CASE = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 

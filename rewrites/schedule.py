@@ -2,10 +2,11 @@
 
     egraph, report = schedule(program.body, machine, "float32", Limits())
 
-The facts (analyses, fusion candidates) are saturated before every round of rewrites (DESIGN
-§4). Growth is bounded by construction: tile sizes come from the machine (`tiling.tile_sizes`),
-splits are at most two deep, interchange never swaps two pieces of one axis, Parallel is only
-placed outside every other loop, and each kernel gets an e-graph of its own.
+The facts (analyses, fusion candidates) are saturated before every round of rewrites
+(ARCHITECTURE §4). Growth is bounded by construction: tile sizes come from the machine
+(`tiling.tile_sizes`), splits are at most two deep, interchange never swaps two pieces of one
+axis, Parallel is only placed outside every other loop, and each kernel gets an e-graph of its
+own.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from collections.abc import Callable
 
 from egglog import EGraph, Schedule, unstable_combine_rulesets
 
-from eqsat.saturate import Limits, SaturationReport, saturate
-from eqsat.terms import Term, to_egglog
-from extract.machine import Machine
-from rewrites.analysis import analysis, mark_program
-from rewrites.annotate import annotate_rules
-from rewrites.fusion import fusion_candidates, fusion_rules
-from rewrites.interchange import interchange_rules
-from rewrites.tiling import TileSizes, tile_sizes, tiling_rules
+from eqsat.core.saturate import Limits, SaturationReport, saturate
+from eqsat.core.terms import Term, to_egglog
+from eqsat.extract.machine import Machine
+from eqsat.rewrites.analysis import analysis, mark_program
+from eqsat.rewrites.annotate import annotate_rules
+from eqsat.rewrites.fusion import fusion_candidates, fusion_rules
+from eqsat.rewrites.interchange import interchange_rules
+from eqsat.rewrites.tiling import TileSizes, tile_sizes, tiling_rules
 
 ROOT = "kernel"  # the let-name of the program's e-class
 
@@ -46,7 +47,7 @@ def schedule(
     progress: Callable[[SaturationReport], None] | None = None,
 ) -> tuple[EGraph, SaturationReport]:
     """The saturated kernel e-graph of loop term `body` (its root is let-bound as ROOT);
-    `progress` sees the report after every round (`eqsat.saturate.saturate`)."""
+    `progress` sees the report after every round (`eqsat.core.saturate.saturate`)."""
     egraph = EGraph()
     # Statements first, innermost first, one expression each: egglog-python binds the shared
     # parts of one big expression in an order that follows Python's string hashing, and the

@@ -1,4 +1,4 @@
-"""The soundness check of an `Identity`, built from its definition alone (DESIGN §4).
+"""The soundness check of an `Identity`, built from its definition alone (ARCHITECTURE §4).
 
     check_identity(Identity("mul-two", "x * 2 -> x + x", {"x": TExpr},
                             lambda x: mul(x, const(2.0)), lambda x: add(x, x)))
@@ -14,7 +14,7 @@
 3. Examples. Hypothesis draws an instance the rule fired on (the smallest first, so that a
    counterexample shrinks to a small one), a dtype and random inputs (with inf, -inf and nan
    unless the identity is `finite_only`); both sides run through the interpreter and must agree
-   within DESIGN §9's tolerance, the left side in float64 being the reference.
+   within ARCHITECTURE §9's tolerance, the left side in float64 being the reference.
 """
 
 from __future__ import annotations
@@ -45,15 +45,15 @@ from egglog import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eqsat import shapes
-from eqsat.errors import EqsatError, ShapeError
-from eqsat.interp import evaluate
-from eqsat.measure import agreement
-from eqsat.pretty import format_tensor
-from eqsat.terms import BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, TExpr, to_egglog, to_term
-from rewrites.algebra_facts import algebra_facts
-from rewrites.lowering import collect_inputs
-from rewrites.rule import Identity
+from eqsat.core import shapes
+from eqsat.core.errors import EqsatError, ShapeError
+from eqsat.core.interp import evaluate
+from eqsat.core.measure import agreement
+from eqsat.core.pretty import format_tensor
+from eqsat.core.terms import BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, TExpr, to_egglog, to_term
+from eqsat.rewrites.algebra_facts import algebra_facts
+from eqsat.rewrites.lowering import collect_inputs
+from eqsat.rewrites.rule import Identity
 
 
 class UnsoundIdentityError(EqsatError, AssertionError):
@@ -392,8 +392,8 @@ def input_shapes(term: Term) -> dict[str, tuple[int, ...]]:
 
 def disagreement(got: np.ndarray, want: np.ndarray, dtype: str) -> str | None:
     """Why `got` (of `dtype`) differs from the reference `want`, or None when it agrees: the
-    same shape, nan, inf and -inf at the same places, and the finite entries within DESIGN §9's
-    tolerance."""
+    same shape, nan, inf and -inf at the same places, and the finite entries within
+    ARCHITECTURE §9's tolerance."""
     if got.shape != want.shape:
         return f"shape {got.shape} instead of {want.shape}"
     for name, where in (("nan", np.isnan), ("inf", np.isposinf), ("-inf", np.isneginf)):

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 from egglog import Ruleset, String, eq, i64, ruleset
 
-from eqsat.loops import REGISTER_BUDGET
-from eqsat.terms import Axis, LoopKind, Stmt
-from extract.machine import Machine
-from rewrites.rule import Identity
+from eqsat.core.loops import REGISTER_BUDGET
+from eqsat.core.terms import Axis, LoopKind, Stmt
+from eqsat.extract.machine import Machine
+from eqsat.rewrites.rule import Identity
 
 SERIAL = LoopKind.serial()
 
@@ -67,7 +67,7 @@ def split_tile_identity(cache: int, tile: int) -> Identity:
 def tile_sizes(machine: Machine, dtype: str) -> TileSizes:
     """Tiles for `machine`: a register tile of `rows` x (2 vectors), and a cache tile T (a power of
     two) such that a T-deep panel of register-tile columns fits L1 and a T x T block fits half of
-    L2 (DESIGN §5b: 6-8 rows x 32 columns, 256-deep blocks on this machine)."""
+    L2 (ARCHITECTURE §5b: 6-8 rows x 32 columns, 256-deep blocks on this machine)."""
     lanes = machine.lanes(dtype)
     item = 4 if dtype == "float32" else 8
     columns = 2 * lanes if lanes > 1 else 4

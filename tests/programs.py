@@ -8,8 +8,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 import eqsat
-from eqsat.pretty import format_loops
-from eqsat.terms import Term
+from eqsat.core.pretty import format_loops
+from eqsat.core.terms import Term
 
 # 17 and 33 exceed a 16-lane vector (masked tails); 1 exercises broadcasting.
 DIMS = st.sampled_from([1, 2, 3, 5, 17, 33])
@@ -111,16 +111,16 @@ def programs(draw: st.DrawFn, max_ops: int = 4, dims: st.SearchStrategy[int] = D
 
 
 def reference(program: Program) -> list[np.ndarray]:
-    """The outputs computed by the interpreter in float64 (DESIGN §9's reference)."""
-    from eqsat.interp import evaluate
-    from eqsat.terms import to_term
+    """The outputs computed by the interpreter in float64 (ARCHITECTURE §9's reference)."""
+    from eqsat.core.interp import evaluate
+    from eqsat.core.terms import to_term
 
     wide = {name: value.astype(np.float64) for name, value in program.inputs.items()}
     return [evaluate(to_term(out.expr), wide) for out in program.outputs]  # type: ignore[arg-type]
 
 
 def assert_close(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
-    """DESIGN §9: rtol 1e-4, atol 1e-4*max(1, max|ref|) for float32 (1e-9 for float64)."""
+    """ARCHITECTURE §9: rtol 1e-4, atol 1e-4*max(1, max|ref|) for float32 (1e-9 for float64)."""
     tolerance = 1e-4 if dtype == "float32" else 1e-9
     scale = max(1.0, float(np.max(np.abs(want)))) if want.size else 1.0
     np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance * scale)

@@ -2,7 +2,7 @@
 the known wins (chain order, factoring, transposes, x - x), tripwires stop unsound runs, and the
 driver's limits hold on e-graphs that grow.
 
-The soundness harness, built from each `Identity` alone, is `rewrites.soundness`.
+The soundness harness, built from each `Identity` alone, is `eqsat.rewrites.soundness`.
 """
 
 from __future__ import annotations
@@ -18,19 +18,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import eqsat
-from eqsat import shapes
-from eqsat.errors import UnsoundMergeError
-from eqsat.interp import evaluate
-from eqsat.pretty import format_tensor
-from eqsat.saturate import Limits, SaturationReport, saturate
-from eqsat.terms import Term, TExpr, to_egglog, to_term
-from extract.extractor import SerializedGraph
-from extract.tensor_cost import TensorCost
-from rewrites.algebra import IDENTITIES, algebra_rules
-from rewrites.algebra_elementwise import sub, zeros
-from rewrites.algebra_facts import algebra_facts, has_shape
-from rewrites.rule import Identity
-from rewrites.soundness import (
+from eqsat.core import shapes
+from eqsat.core.errors import UnsoundMergeError
+from eqsat.core.interp import evaluate
+from eqsat.core.pretty import format_tensor
+from eqsat.core.saturate import Limits, SaturationReport, saturate
+from eqsat.core.terms import Term, TExpr, to_egglog, to_term
+from eqsat.extract.extractor import SerializedGraph
+from eqsat.extract.tensor_cost import TensorCost
+from eqsat.rewrites.algebra import IDENTITIES, algebra_rules
+from eqsat.rewrites.algebra_elementwise import sub, zeros
+from eqsat.rewrites.algebra_facts import algebra_facts, has_shape
+from eqsat.rewrites.rule import Identity
+from eqsat.rewrites.soundness import (
     UnsoundIdentityError,
     check_identity,
     fired_instances,

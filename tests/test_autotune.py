@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 import eqsat
-from backend_c.build import cache_dir
-from backend_c.kernel import Kernel
 from eqsat import autotune
 from eqsat.api import Optimized, build
-from eqsat.terms import LoopProgram
+from eqsat.backend_c.build import cache_dir
+from eqsat.backend_c.kernel import Kernel
+from eqsat.core.terms import LoopProgram
 
 SHAPE = (64, 64)
 PROGRESS_LINE = re.compile(
@@ -111,7 +111,7 @@ def test_a_remembered_choice_is_built_without_timing(optimized: Optimized) -> No
 
 def test_a_remembered_choice_is_found_by_a_new_process(optimized: Optimized) -> None:
     """The cache key and the candidates' digests do not depend on the process (hash seeds,
-    ids): the kernel e-graph is built in a fixed order (rewrites.schedule)."""
+    ids): the kernel e-graph is built in a fixed order (eqsat.rewrites.schedule)."""
     here = [autotune.tuning_key(optimized, 4)] + [
         autotune.program_digest(c.program) for c in optimized.candidates(4)
     ]

@@ -1,4 +1,5 @@
-"""Tests of eqsat.bench: a quick in-process run writes every figure as JSON (no timing asserted)."""
+"""Tests of eqsat.tools.bench: a quick in-process run writes every figure as JSON (no timing
+asserted)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from eqsat import bench
-from eqsat.measure import interleaved_medians
-from extract.machine import Machine, host
+from eqsat.core.measure import interleaved_medians
+from eqsat.extract.machine import Machine, host
+from eqsat.tools import bench
 from tests.test_calibrate import FakeMeasure
 
 

@@ -1,4 +1,4 @@
-"""Tests of backend_c.build: gcc + cffi loading and the on-disk compile cache."""
+"""Tests of eqsat.backend_c.build: gcc + cffi loading and the on-disk compile cache."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend_c.abi import prototype
-from backend_c.build import Library, build_library, cache_dir, write_atomically
-from eqsat.errors import CompileError
+from eqsat.backend_c.abi import prototype
+from eqsat.backend_c.build import Library, build_library, cache_dir, write_atomically
+from eqsat.core.errors import CompileError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SIZE = 8
@@ -56,7 +56,7 @@ def build_in_subprocess(symbol: str, cache: Path) -> subprocess.Popen[str]:
     script = (
         "import json, sys\n"
         "import numpy as np\n"
-        "from backend_c.build import build_library\n"
+        "from eqsat.backend_c.build import build_library\n"
         f"library = build_library({source!r}, {cdef!r}, [])\n"
         f"x = np.arange({SIZE}, dtype=np.float32); y = np.full({SIZE}, 0.5, dtype=np.float32)\n"
         f"out = np.empty({SIZE}, dtype=np.float32); f = library.ffi.from_buffer\n"
@@ -251,7 +251,7 @@ def test_omp_wait_policy_is_set_when_a_library_loads_not_on_import(
     source, cdef = axpy_source("axpy_wait_policy")
     script = (
         "import os\n"
-        "import backend_c.build as build\n"
+        "import eqsat.backend_c.build as build\n"
         "print(os.environ.get('OMP_WAIT_POLICY'))\n"
         f"build.build_library({source!r}, {cdef!r}, [])\n"
         "print(os.environ.get('OMP_WAIT_POLICY'))\n"

@@ -1,4 +1,4 @@
-"""Tests of extract.calibrate: the on-disk cache of the measured peaks, and one real run."""
+"""Tests of eqsat.backend_c.calibrate: the on-disk cache of the measured peaks, and one real run."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from extract.calibrate import calibrated, calibrated_host, calibration_key, thread_counts
-from extract.machine import DTYPES, MEMORY_LEVELS, Calibration, Machine
+from eqsat.backend_c.calibrate import calibrated, calibrated_host, calibration_key, thread_counts
+from eqsat.extract.machine import DTYPES, MEMORY_LEVELS, Calibration, Machine
 
 MACHINE = Machine("avx512", cores=2, l1_bytes=48 << 10, l2_bytes=1 << 20, l3_bytes=32 << 20)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from eqsat.__main__ import main
-from eqsat.catalog import rule_catalog
-from extract.machine import host
+from eqsat.extract.machine import host
+from eqsat.tools.catalog import rule_catalog
 
 
 def test_rules_command_lists_every_rule_with_identity_and_guard(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from eqsat.terms import Term
-from extract.loop_cost import LoopCost
-from extract.machine import Machine
+from eqsat.core.terms import Term
+from eqsat.extract.loop_cost import LoopCost
+from eqsat.extract.machine import Machine
 from tests.test_loops import at, inner, named, nest, outer
 
 MACHINES = [
@@ -83,7 +83,7 @@ def calibrated(machine: Machine, l2: float, l3: float, dram: float) -> Machine:
     1 GHz clock, so bytes per second read as bytes per cycle / 1e9."""
     from dataclasses import replace
 
-    from extract.machine import Calibration
+    from eqsat.extract.machine import Calibration
 
     threads = (1, machine.cores)
     per_level = {"L1": 500.0, "L2": l2, "L3": l3, "DRAM": dram}
@@ -96,7 +96,7 @@ def calibrated(machine: Machine, l2: float, l3: float, dram: float) -> Machine:
 
 
 def test_fetch_rates_come_from_the_calibration_and_stay_ordered() -> None:
-    from extract.loop_cost import BYTES_PER_CYCLE, DRAM_SCALING, fetch_rates
+    from eqsat.extract.loop_cost import BYTES_PER_CYCLE, DRAM_SCALING, fetch_rates
 
     machine = MACHINES[0]
     assert fetch_rates(machine) == (BYTES_PER_CYCLE, DRAM_SCALING)
@@ -174,7 +174,7 @@ def test_a_horizontal_reduction_is_finished_once_per_run(machine: Machine) -> No
 @pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.isa)
 def test_a_large_output_stored_through_the_caches_is_read_first(machine: Machine) -> None:
     """Write allocation: a scalar store loop fetches each output line before writing it; the
-    vector loop the emitter makes non-temporal (eqsat.loops.streamed_store) does not."""
+    vector loop the emitter makes non-temporal (eqsat.core.loops.streamed_store) does not."""
     cost = LoopCost(machine, "float32")
     n = 2048  # a 16 MB output
     streamed, allocating = cost.estimate(copy(n, "vector")), cost.estimate(copy(n, "serial"))

@@ -12,17 +12,17 @@ import pytest
 from egglog import EGraph
 
 import eqsat
-from eqsat.egraph_view import MAX_LABEL_CHARS, _sweep, draw_egraph
-from eqsat.saturate import Limits, saturate
-from eqsat.terms import Term, to_egglog, to_term
-from extract.extractor import SerializedGraph
-from extract.loop_cost import LoopCost
-from extract.machine import Machine
-from extract.tensor_cost import TensorCost
-from rewrites.algebra import algebra_rules
-from rewrites.algebra_facts import algebra_facts
-from rewrites.lowering import lower
-from rewrites.schedule import ROOT, schedule
+from eqsat.core.saturate import Limits, saturate
+from eqsat.core.terms import Term, to_egglog, to_term
+from eqsat.extract.extractor import SerializedGraph
+from eqsat.extract.loop_cost import LoopCost
+from eqsat.extract.machine import Machine
+from eqsat.extract.tensor_cost import TensorCost
+from eqsat.rewrites.algebra import algebra_rules
+from eqsat.rewrites.algebra_facts import algebra_facts
+from eqsat.rewrites.lowering import lower
+from eqsat.rewrites.schedule import ROOT, schedule
+from eqsat.view.egraph_view import MAX_LABEL_CHARS, _sweep, draw_egraph
 
 AVX512 = Machine("avx512", cores=2, l1_bytes=48 * 1024, l2_bytes=2 << 20, l3_bytes=32 << 20)
 

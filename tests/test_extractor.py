@@ -28,16 +28,16 @@ import pytest
 from egglog import EGraph
 
 import eqsat
-from eqsat.interp import run
-from eqsat.saturate import Limits, saturate
-from eqsat.terms import CONSTRUCTORS, Arg, LoopProgram, Term, to_egglog, to_term
-from extract import extractor
-from extract.extractor import NodeCost, SerializedGraph
-from extract.loop_cost import LoopCost
-from extract.tensor_cost import TensorCost
-from rewrites.algebra import algebra_rules
-from rewrites.algebra_facts import algebra_facts
-from rewrites.schedule import ROOT, schedule
+from eqsat.core.interp import run
+from eqsat.core.saturate import Limits, saturate
+from eqsat.core.terms import CONSTRUCTORS, Arg, LoopProgram, Term, to_egglog, to_term
+from eqsat.extract import extractor
+from eqsat.extract.extractor import NodeCost, SerializedGraph
+from eqsat.extract.loop_cost import LoopCost
+from eqsat.extract.tensor_cost import TensorCost
+from eqsat.rewrites.algebra import algebra_rules
+from eqsat.rewrites.algebra_facts import algebra_facts
+from eqsat.rewrites.schedule import ROOT, schedule
 from tests.programs import assert_variant_agrees
 from tests.test_loops import AVX512, lowered
 
@@ -229,8 +229,8 @@ def test_a_deadline_never_reached_changes_nothing() -> None:
 
 CHOOSE = """
 import pickle, sys
-from extract.extractor import SerializedGraph
-from extract.loop_cost import LoopCost
+from eqsat.extract.extractor import SerializedGraph
+from eqsat.extract.loop_cost import LoopCost
 from tests.test_loops import AVX512
 graph = SerializedGraph.__new__(SerializedGraph)
 with open(sys.argv[1], "rb") as stored:

@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eqsat import frontend as F
-from eqsat import shapes
-from eqsat.errors import DTypeError, EqsatError, ShapeError, UnsupportedError
+from eqsat.core import shapes
+from eqsat.core.errors import DTypeError, EqsatError, ShapeError, UnsupportedError
+from eqsat.core.terms import Term, to_term
 from eqsat.frontend import Tensor, tensor
-from eqsat.terms import Term, to_term
 
 FAST = settings(max_examples=60, deadline=None)
 

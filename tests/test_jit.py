@@ -1,7 +1,7 @@
 """Plain numpy calls on symbolic tensors, and `@eqsat.jit`.
 
 Each program here is one Python function run twice: by `eqsat.jit` (traced on symbolic tensors,
-compiled) and by numpy on float64 copies of the same arrays (the reference, DESIGN §9).
+compiled) and by numpy on float64 copies of the same arrays (the reference, ARCHITECTURE §9).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import eqsat
-from eqsat.errors import DTypeError, UnsupportedError
+from eqsat.core.errors import DTypeError, UnsupportedError
 from eqsat.tracing import ArraySpec, Static
 from tests.programs import assert_close
 

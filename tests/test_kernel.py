@@ -1,4 +1,4 @@
-"""Tests of backend_c.kernel: argument checking, copies, outputs and threads of `Kernel`."""
+"""Tests of eqsat.backend_c.kernel: argument checking, copies, outputs and threads of `Kernel`."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from backend_c.abi import prototype
-from backend_c.build import build_library
-from backend_c.kernel import Kernel, TensorSpec
+from eqsat.backend_c.abi import prototype
+from eqsat.backend_c.build import build_library
+from eqsat.backend_c.kernel import Kernel, TensorSpec
 
 SHAPE = (3, 4)
 
@@ -257,7 +257,7 @@ def test_kernel_loaded_library_keeps_subnormals() -> None:
 def test_large_output_is_reused_only_once_nothing_references_it(
     hold: Callable[[np.ndarray], Any],
 ) -> None:
-    from backend_c.kernel import POOL_MIN_BYTES
+    from eqsat.backend_c.kernel import POOL_MIN_BYTES
 
     shape = (POOL_MIN_BYTES // 4,)  # float32: exactly the pooling threshold
     kernel = axpy_kernel(shape=shape)

@@ -18,17 +18,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import eqsat
-from eqsat.interp import run
-from eqsat.loops import register_tile
-from eqsat.saturate import Limits
-from eqsat.terms import LoopProgram, Term, index_list, to_egglog, to_term
-from extract.extractor import SerializedGraph
-from extract.loop_cost import LoopCost
-from extract.machine import Machine, host
-from rewrites.contraction import contract_temporaries
-from rewrites.lowering import lower
-from rewrites.schedule import ROOT, schedule
-from rewrites.tiling import TileSizes, tile_sizes
+from eqsat.core.interp import run
+from eqsat.core.loops import register_tile
+from eqsat.core.saturate import Limits
+from eqsat.core.terms import LoopProgram, Term, index_list, to_egglog, to_term
+from eqsat.extract.extractor import SerializedGraph
+from eqsat.extract.loop_cost import LoopCost
+from eqsat.extract.machine import Machine, host
+from eqsat.rewrites.contraction import contract_temporaries
+from eqsat.rewrites.lowering import lower
+from eqsat.rewrites.schedule import ROOT, schedule
+from eqsat.rewrites.tiling import TileSizes, tile_sizes
 from tests.programs import Program, assert_close, assert_variant_agrees, programs
 
 AVX512 = Machine("avx512", cores=2, l1_bytes=48 * 1024, l2_bytes=2 << 20, l3_bytes=32 << 20)

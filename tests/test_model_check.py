@@ -1,5 +1,5 @@
-"""Tests of eqsat.model_check: the statistics against hand-computed values, and the calibration
-pipeline on one tiny workload (candidate outputs checked; no timing asserted)."""
+"""Tests of eqsat.tools.model_check: the statistics against hand-computed values, and the
+calibration pipeline on one tiny workload (candidate outputs checked; no timing asserted)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import eqsat
-from backend_c.kernel import Kernel
-from eqsat import model_check
 from eqsat.api import Optimized, build
-from eqsat.terms import LoopProgram
-from extract.machine import host
+from eqsat.backend_c.kernel import Kernel
+from eqsat.core.terms import LoopProgram
+from eqsat.extract.machine import host
+from eqsat.tools import model_check
 
 TINY = model_check.Mix(best=2, sampled=2, perturbed=2)
 

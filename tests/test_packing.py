@@ -1,4 +1,4 @@
-"""Panel packing (rewrites.packing): where it applies, where it must not, and that a packed
+"""Panel packing (eqsat.rewrites.packing): where it applies, where it must not, and that a packed
 program computes what it computed before (interpreter and compiled C against numpy)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import eqsat
-from eqsat.interp import run
-from eqsat.loops import top_statements
-from eqsat.terms import LoopProgram, Term
-from rewrites.packing import pack_panels
+from eqsat.core.interp import run
+from eqsat.core.loops import top_statements
+from eqsat.core.terms import LoopProgram, Term
+from eqsat.rewrites.packing import pack_panels
 from tests.programs import assert_close, assert_variant_agrees
 from tests.test_loops import at, inner, named, nest, outer
 

@@ -24,7 +24,7 @@ def test_random_programs_match_numpy(program: Program) -> None:
 @settings(max_examples=8, deadline=None)
 @given(programs(max_ops=3))
 def test_every_isa_level_matches_numpy(isa: str, program: Program) -> None:
-    from extract.machine import host
+    from eqsat.extract.machine import host
 
     if isa == "avx512" and host().isa != "avx512":
         pytest.fail("this test suite expects an AVX-512 machine (the design card's machine)")
@@ -125,7 +125,7 @@ def test_stage_two_schedules_the_best_algebraic_forms_and_keeps_the_fastest() ->
 
 
 def test_report_breaks_the_prediction_down() -> None:
-    from extract.loop_cost import LoopCost
+    from eqsat.extract.loop_cost import LoopCost
 
     x, W = eqsat.tensor("x", (64, 128)), eqsat.tensor("W", (128, 32))
     best = eqsat.optimize(x @ W)
@@ -154,8 +154,8 @@ def test_candidates_start_with_the_choice_and_all_compute_the_same() -> None:
 def test_progress_speaks_only_for_long_stages() -> None:
     import io
 
-    from eqsat.progress import QUIET_SECONDS, Progress
-    from eqsat.saturate import SaturationReport
+    from eqsat.core.progress import QUIET_SECONDS, Progress
+    from eqsat.core.saturate import SaturationReport
 
     stream = io.StringIO()
     progress = Progress(stream=stream)
@@ -174,7 +174,7 @@ def test_progress_speaks_only_for_long_stages() -> None:
 
 
 def test_optimized_draws_both_e_graphs_with_the_choice_highlighted() -> None:
-    from eqsat.egraph_view import CHOSEN_FILL
+    from eqsat.view.egraph_view import CHOSEN_FILL
 
     x, W = eqsat.tensor("x", (16, 32)), eqsat.tensor("W", (32, 8))
     best = eqsat.optimize(eqsat.relu(x @ W))
@@ -188,9 +188,9 @@ def test_optimized_draws_both_e_graphs_with_the_choice_highlighted() -> None:
 
 
 def test_extra_rules_reach_stage_one_and_may_not_reuse_a_built_in_name() -> None:
-    from eqsat.terms import TExpr
-    from rewrites.algebra import IDENTITIES
-    from rewrites.rule import Identity
+    from eqsat.core.terms import TExpr
+    from eqsat.rewrites.algebra import IDENTITIES
+    from eqsat.rewrites.rule import Identity
 
     x = eqsat.tensor("x", (8,))
     double = Identity(
@@ -225,7 +225,7 @@ def test_extraction_deadline_is_reported_and_the_kernel_stays_correct() -> None:
 # 16 lanes and a tail of 3; and several rounds of chains and a tail
 @pytest.mark.parametrize("width", [67, 203])
 def test_long_horizontal_reductions_split_into_chains_and_match_numpy(isa: str, width: int) -> None:
-    from backend_c.emit import HORIZONTAL_CHAINS
+    from eqsat.backend_c.emit import HORIZONTAL_CHAINS
 
     rng = np.random.default_rng(width)
     x = eqsat.tensor("x", (5, width))

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from eqsat.plot import Point, scatter
+from eqsat.view.plot import Point, scatter
 
 SVG = "{http://www.w3.org/2000/svg}"
 

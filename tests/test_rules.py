@@ -15,17 +15,17 @@ from egglog import EGraph, ruleset, unstable_combine_rulesets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eqsat.interp import run
-from eqsat.terms import Term, TExpr, index_list, to_egglog, to_term
-from extract.extractor import SerializedGraph
-from rewrites.analysis import analysis, mark_program
-from rewrites.annotate import annotate_identities
-from rewrites.fusion import IDENTITIES as FUSION
-from rewrites.fusion import fusion_candidates
-from rewrites.interchange import IDENTITIES as INTERCHANGE
-from rewrites.lowering import lower
-from rewrites.rule import Identity
-from rewrites.tiling import TileSizes, split_identities, split_identity
+from eqsat.core.interp import run
+from eqsat.core.terms import Term, TExpr, index_list, to_egglog, to_term
+from eqsat.extract.extractor import SerializedGraph
+from eqsat.rewrites.analysis import analysis, mark_program
+from eqsat.rewrites.annotate import annotate_identities
+from eqsat.rewrites.fusion import IDENTITIES as FUSION
+from eqsat.rewrites.fusion import fusion_candidates
+from eqsat.rewrites.interchange import IDENTITIES as INTERCHANGE
+from eqsat.rewrites.lowering import lower
+from eqsat.rewrites.rule import Identity
+from eqsat.rewrites.tiling import TileSizes, split_identities, split_identity
 from tests.programs import SMALL_DIMS, Program, assert_variant_agrees, programs
 
 LOOP_IDENTITIES = (

@@ -7,15 +7,15 @@ import pytest
 from egglog import EGraph, Schedule, i64, relation, rule, ruleset, unstable_combine_rulesets, var
 
 import eqsat
-from eqsat.saturate import Limits, saturate, term_nodes
-from eqsat.terms import to_egglog, to_term
-from rewrites.algebra import algebra_rules
-from rewrites.algebra_facts import algebra_facts
-from rewrites.analysis import analysis
-from rewrites.fusion import fusion_candidates
-from rewrites.interchange import interchange_rules
-from rewrites.lowering import lower
-from rewrites.tiling import TileSizes, tiling_rules
+from eqsat.core.saturate import Limits, saturate, term_nodes
+from eqsat.core.terms import to_egglog, to_term
+from eqsat.rewrites.algebra import algebra_rules
+from eqsat.rewrites.algebra_facts import algebra_facts
+from eqsat.rewrites.analysis import analysis
+from eqsat.rewrites.fusion import fusion_candidates
+from eqsat.rewrites.interchange import interchange_rules
+from eqsat.rewrites.lowering import lower
+from eqsat.rewrites.tiling import TileSizes, tiling_rules
 
 
 def matmul_egraph() -> tuple[EGraph, Schedule, Schedule]:

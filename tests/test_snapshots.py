@@ -17,16 +17,16 @@ import numpy as np
 import pytest
 
 import eqsat
-from backend_c.abi import prototype
-from backend_c.build import build_library
-from backend_c.emit import emit
-from backend_c.isa import GCC_FLAGS
-from backend_c.kernel import Kernel, TensorSpec
-from eqsat.interp import run
-from eqsat.loops import vectorizable
-from eqsat.terms import LoopProgram, Term, to_term
-from rewrites.lowering import lower
-from rewrites.packing import pack_panels
+from eqsat.backend_c.abi import prototype
+from eqsat.backend_c.build import build_library
+from eqsat.backend_c.emit import emit
+from eqsat.backend_c.isa import GCC_FLAGS
+from eqsat.backend_c.kernel import Kernel, TensorSpec
+from eqsat.core.interp import run
+from eqsat.core.loops import vectorizable
+from eqsat.core.terms import LoopProgram, Term, to_term
+from eqsat.rewrites.lowering import lower
+from eqsat.rewrites.packing import pack_panels
 from tests.programs import assert_close
 from tests.test_loops import at, inner, named, nest, outer
 from tests.test_packing import tiled_matmul
@@ -133,7 +133,7 @@ def test_large_outputs_are_stored_around_the_caches(
     shape: tuple[int, int], isa: str, streamed: bool
 ) -> None:
     """Non-temporal stores only where every stored vector is aligned and the output is large
-    (eqsat.loops.large_output); the result is the same either way."""
+    (eqsat.core.loops.large_output); the result is the same either way."""
     a, b = eqsat.tensor("a", shape), eqsat.tensor("b", shape)
     kernel = eqsat.compile(eqsat.relu(a * b) + 1.0, isa=isa, progress=False)
     assert ("_stream_p" in kernel.c_source) == streamed

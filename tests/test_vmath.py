@@ -1,5 +1,5 @@
-"""Tests of backend_c.vmath: accuracy in ulp over the whole float range, exact special values, and
-vectorized exp/log/tanh/sigmoid in kernels built by `eqsat.compile`.
+"""Tests of eqsat.backend_c.vmath: accuracy in ulp over the whole float range, exact special values,
+and vectorized exp/log/tanh/sigmoid in kernels built by `eqsat.compile`.
 
 Each function runs through a small C harness built from the same `VectorIsa` methods the emitter
 uses (full vectors, then a masked AVX-512 tail or a padded AVX2 remainder). References: the
@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 import eqsat
-from backend_c.build import build_library
-from backend_c.isa import GCC_FLAGS, VectorIsa
-from backend_c.vmath import VECTOR_FUNCTIONS
-from extract.machine import ISA_LEVELS, host
+from eqsat.backend_c.build import build_library
+from eqsat.backend_c.isa import GCC_FLAGS, VECTOR_FUNCTIONS, VectorIsa
+from eqsat.backend_c.vmath import vector_math
+from eqsat.extract.machine import ISA_LEVELS, host
 
 OPS = tuple(VECTOR_FUNCTIONS)
 ISAS = [
@@ -75,7 +75,8 @@ def harness(isa_name: str, dtype: str) -> Any:
             "#include <stdint.h>",
             "#include <string.h>",
             "#include <immintrin.h>",
-            isa.preamble(with_math=True),
+            isa.preamble(),
+            vector_math(isa),
             *functions,
         ]
     )

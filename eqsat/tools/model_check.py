@@ -1,7 +1,8 @@
-"""Does the cost model rank loop nests the way this machine runs them? (DESIGN §6, calibration)
+"""Does the cost model rank loop nests the way this machine runs them? (ARCHITECTURE §6,
+calibration)
 
 For each workload: optimize it, take candidate programs from its kernel e-graph, build each,
-check its output once against the reference interpreter (`eqsat.interp`, float64), time all of
+check its output once against the reference interpreter (`eqsat.core.interp`, float64), time all of
 them with interleaved medians, and compare predicted cycles with measured seconds:
 - Spearman's rank correlation over all candidates, and over the model's 10 cheapest;
 - regret: the measured time of the model's pick (cheapest predicted) / the fastest measured,
@@ -29,11 +30,11 @@ import numpy as np
 
 import eqsat
 from eqsat.api import build
-from eqsat.interp import evaluate
-from eqsat.measure import agreement, interleaved_medians, random_inputs
-from eqsat.pretty import format_loops
-from extract.calibrate import calibrated_host
-from extract.machine import Machine
+from eqsat.backend_c.calibrate import calibrated_host
+from eqsat.core.interp import evaluate
+from eqsat.core.measure import agreement, interleaved_medians, random_inputs
+from eqsat.core.pretty import format_loops
+from eqsat.extract.machine import Machine
 
 SPEARMAN_GOAL = 0.8
 REGRET_GOAL = 1.10
@@ -112,7 +113,7 @@ class Measured:
     predicted: float
     seconds: float | None
     problem: str | None  # "WRONG: ..." (a soundness bug) or "FAILED: ..." (build or run)
-    nest: str  # the loop nest, as eqsat.pretty.format_loops prints it
+    nest: str  # the loop nest, as eqsat.core.pretty.format_loops prints it
 
 
 @dataclass

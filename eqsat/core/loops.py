@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from eqsat.terms import Term, index_items
+from eqsat.core.terms import Term, index_items
 
 # Ops the C backend has a vector form for; any other op keeps a loop scalar.
 VECTOR_UNARY = frozenset({"neg", "abs", "sqrt", "relu", "exp", "log", "tanh", "sigmoid"})

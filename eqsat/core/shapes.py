@@ -2,7 +2,7 @@
 
 Shapes are tuples of ints >= 1; rank 0 is `()`. Each rule returns the result shape or raises
 `ShapeError` naming the op and the offending shapes. `infer` and `dtype_of` apply the rules to a
-read-back tensor term (`eqsat.terms.Term`).
+read-back tensor term (`eqsat.core.terms.Term`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from eqsat.errors import DTypeError, ShapeError
-from eqsat.terms import Term
+from eqsat.core.errors import DTypeError, ShapeError
+from eqsat.core.terms import Term
 
 Shape = tuple[int, ...]
 _ShapeOf = Callable[[object], Shape]

@@ -2,7 +2,7 @@
 
 egglog 13 has no node limit and no timeout, so the driver checks the e-graph's size and the
 elapsed time between runs. One step = the analyses (`facts`) run to saturation, then one round
-of the rewrite rules (DESIGN §4: analyses are saturated before the rules that read them). The
+of the rewrite rules (ARCHITECTURE §4: analyses are saturated before the rules that read them). The
 analyses are run one iteration at a time with the limits checked in between, because on a large
 e-graph their saturation alone can take minutes; if a limit stops them half-way, no rule runs
 on the half-computed facts (a guard could pass wrongly) and the e-graph is used as it is. It
@@ -42,8 +42,8 @@ from egglog import (
 )
 from egglog.egraph import RewriteOrRule
 
-from eqsat.errors import UnsoundMergeError
-from eqsat.terms import CONSTRUCTORS, Index, Scalar, TExpr
+from eqsat.core.errors import UnsoundMergeError
+from eqsat.core.terms import CONSTRUCTORS, Index, Scalar, TExpr
 
 merged_literals = relation("merged_literals", String, String, String)  # constructor, a, b
 tripwires = ruleset(name="tripwires")

@@ -3,7 +3,7 @@
     machine = calibrated_host()          # host() with .calibration filled in
     machine.calibration.peak_flops["float32"][machine.cores]    # flop/s on all cores
 
-One small C library (built by `backend_c.build.build_library`) holds the two measuring kernels:
+One small C library (built by `build.build_library`) holds the two measuring kernels:
 - `calib_fma_<dtype>`: per thread, CHAINS independent chains `acc = acc * m + c` of the widest
   vectors the ISA has (FMA latency x FMA units is 8 on this machine, so 12 chains keep both busy);
 - `calib_triad`: `a = b + s * c` on float32 vectors, each thread repeating its own slice, so the
@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from backend_c.build import Library, build_library, cache_dir, file_lock, write_atomically
-from backend_c.isa import GCC_FLAGS
-from extract.machine import (
+from eqsat.backend_c.build import Library, build_library, cache_dir, file_lock, write_atomically
+from eqsat.backend_c.isa import GCC_FLAGS
+from eqsat.extract.machine import (
     DTYPES,
     FMA_PER_CYCLE,
     MEMORY_LEVELS,

@@ -1,7 +1,8 @@
-"""Measuring kernels: random inputs, DESIGN §9's tolerance, interleaved median timing.
+"""Measuring kernels: random inputs, ARCHITECTURE §9's tolerance, interleaved median timing.
 
-Shared by the benchmark (`eqsat.bench`), the cost-model check (`eqsat.model_check`) and the
-autotuner (`eqsat.autotune`), so that all three check and time kernels the same way.
+Shared by the benchmark (`eqsat.tools.bench`), the cost-model check
+(`eqsat.tools.model_check`) and the autotuner (`eqsat.autotune`), so that all three check and
+time kernels the same way.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 BUDGET_SECONDS = 5.0  # of timing per call of interleaved_medians; past it, MIN_ROUNDS suffice
 MIN_ROUNDS = 3
-# DESIGN §9: |got - want| <= rtol * |want| + rtol * max(1, max|want|), elementwise
+# ARCHITECTURE §9: |got - want| <= rtol * |want| + rtol * max(1, max|want|), elementwise
 RTOL = {"float32": 1e-4, "float64": 1e-9}
 
 Name = TypeVar("Name", bound=Hashable)
@@ -37,7 +38,7 @@ def random_inputs(
 
 @dataclass(frozen=True)
 class Agreement:
-    """How far a result is from its reference, and whether that is within DESIGN §9."""
+    """How far a result is from its reference, and whether that is within ARCHITECTURE §9."""
 
     max_error: float  # max |got - want|; inf when the shapes differ, nan when got has a nan
     tolerance: float  # the absolute part of the tolerance: rtol * max(1, max|want|)
@@ -46,7 +47,7 @@ class Agreement:
 
 def agreement(got: np.ndarray, want: np.ndarray, dtype: str) -> Agreement:
     """Compare `got` (a kernel's output of `dtype`) with `want` (the reference, ideally computed
-    in float64) within DESIGN §9's tolerance for `dtype`."""
+    in float64) within ARCHITECTURE §9's tolerance for `dtype`."""
     rtol = RTOL[dtype]
     tolerance = rtol * max(1.0, float(np.max(np.abs(want), initial=0.0)))
     if got.shape != want.shape:

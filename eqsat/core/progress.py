@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from eqsat.saturate import SaturationReport
+from eqsat.core.saturate import SaturationReport
 
 QUIET_SECONDS = 2.0
 EXTRACTION_NODES = 20_000

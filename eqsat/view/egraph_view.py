@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 from egglog import EGraph
 
-from eqsat.svg import FONT_SIZE, SvgPicture, escape, px, svg_document, svg_text, text_width
-from eqsat.terms import Arg, Term
-from extract.extractor import SerializedGraph
+from eqsat.core.terms import Arg, Term
+from eqsat.extract.extractor import SerializedGraph
+from eqsat.view.svg import FONT_SIZE, SvgPicture, escape, px, svg_document, svg_text, text_width
 
 # ---------------------------------------------------------------- geometry (pixels) and colours
 

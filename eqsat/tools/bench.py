@@ -1,12 +1,12 @@
 """`python -m eqsat bench`: eqsat against numpy (and numexpr) on the design card's workloads.
 
 For each float32 workload: compile it with `eqsat.compile` (default limits and machine, as a user
-would), check the kernel against the numpy reference evaluated in float64 (DESIGN §9 tolerance),
-time eqsat and every baseline in turns (interleaved, median), and print one table row: times,
-numpy/eqsat ratio and its target, the fraction of the machine's measured peak
-(`extract.calibrate`), compile seconds and the e-graph size of every optimizer stage.
+would), check the kernel against the numpy reference evaluated in float64 (ARCHITECTURE §9
+tolerance), time eqsat and every baseline in turns (interleaved, median), and print one table
+row: times, numpy/eqsat ratio and its target, the fraction of the machine's measured peak
+(`eqsat.backend_c.calibrate`), compile seconds and the e-graph size of every optimizer stage.
 
-Then the cost-model calibration table (`eqsat.model_check`): for matmul, softmax, layernorm
+Then the cost-model calibration table (`eqsat.tools.model_check`): for matmul, softmax, layernorm
 and an elementwise chain, the rank correlation between predicted and measured times of ~36
 candidate nests each, and the regret of the model's pick.
 
@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 
 import eqsat
-from eqsat import model_check
-from eqsat.measure import agreement, interleaved_medians, random_inputs
-from extract.calibrate import calibrated_host
-from extract.machine import Calibration, Machine, cpu_model
+from eqsat.backend_c.calibrate import calibrated_host
+from eqsat.core.measure import agreement, interleaved_medians, random_inputs
+from eqsat.extract.machine import Calibration, Machine, cpu_model
+from eqsat.tools import model_check
 
 
 @dataclass(frozen=True)
@@ -260,7 +260,7 @@ def run_workload(
 def _check(
     result: Result, got: np.ndarray, workload: Workload, inputs: Mapping[str, np.ndarray]
 ) -> None:
-    """Compare `got` with the float64 reference within DESIGN §9's float32 tolerance."""
+    """Compare `got` with the float64 reference within ARCHITECTURE §9's float32 tolerance."""
     want = workload.reference(**{name: a.astype(np.float64) for name, a in inputs.items()})
     check = agreement(got, want, "float32")
     result.max_error, result.tolerance, result.correct = check.max_error, check.tolerance, check.ok
@@ -385,7 +385,7 @@ def _parse(argv: Sequence[str], names: Sequence[str]) -> argparse.Namespace:
 def _run_calibration(
     selected: Sequence[model_check.Workload], quick: bool, machine: Machine, repeats: int
 ) -> list[model_check.Check]:
-    """The cost-model calibration table (eqsat.model_check), printed row by row."""
+    """The cost-model calibration table (eqsat.tools.model_check), printed row by row."""
     print("\n" + model_check.TABLE_TITLE, flush=True)
     print(model_check.table_header(), flush=True)
     mix = model_check.QUICK_MIX if quick else model_check.FULL_MIX

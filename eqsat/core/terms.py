@@ -8,12 +8,12 @@ a frozen tree of `(op, args)` that mirrors the constructors one to one::
     Stmt.loop(Axis.named("i0", 8), LoopKind.serial(), body)
       <->  Term("Stmt.loop", (Term("Axis.named", ("i0", 8)), Term("LoopKind.serial", ()), ...))
 
-Invariants (DESIGN §3):
+Invariants (ARCHITECTURE §3):
 - Axes are unique terms; a split keeps the axis' name: `Axis.outer(a, T)` and `Axis.inner(a, T)`
   are new loop variables, and the body keeps referring to `a`, which the emitter and the
   interpreter resolve as `outer * T + inner`. Interchange and tiling never substitute inside a body.
 - One loop nest never holds two loops over the same axis.
-- Every sort has reference semantics in `eqsat.interp`.
+- Every sort has reference semantics in `eqsat.core.interp`.
 """
 
 from __future__ import annotations

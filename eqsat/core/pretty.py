@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from eqsat.loops import axis_extent
-from eqsat.terms import Term, index_items
+from eqsat.core.loops import axis_extent
+from eqsat.core.terms import Term, index_items
 
 _INFIX = {
     "add": "+",

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from eqsat.loops import axis_extent, split_tile
-from eqsat.terms import Arg, LoopProgram, Term, index_items
+from eqsat.core.loops import axis_extent, split_tile
+from eqsat.core.terms import Arg, LoopProgram, Term, index_items
 
 UNARY: dict[str, Callable[[Any], Any]] = {
     "neg": np.negative,

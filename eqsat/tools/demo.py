@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 import eqsat
-from eqsat.bench import _softmax
-from eqsat.measure import agreement, interleaved_medians, random_inputs
+from eqsat.core.measure import agreement, interleaved_medians, random_inputs
+from eqsat.tools.bench import _softmax
 
 
 def _show(

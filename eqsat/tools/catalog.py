@@ -6,13 +6,13 @@ that builds the egglog rule and its soundness test (so the list cannot go stale)
 
 from __future__ import annotations
 
-from extract.machine import Machine, host
-from rewrites.algebra import IDENTITIES as ALGEBRA
-from rewrites.annotate import annotate_identities
-from rewrites.fusion import IDENTITIES as FUSION
-from rewrites.interchange import IDENTITIES as INTERCHANGE
-from rewrites.rule import Identity
-from rewrites.tiling import split_identities, tile_sizes
+from eqsat.extract.machine import Machine, host
+from eqsat.rewrites.algebra import IDENTITIES as ALGEBRA
+from eqsat.rewrites.annotate import annotate_identities
+from eqsat.rewrites.fusion import IDENTITIES as FUSION
+from eqsat.rewrites.interchange import IDENTITIES as INTERCHANGE
+from eqsat.rewrites.rule import Identity
+from eqsat.rewrites.tiling import split_identities, tile_sizes
 
 
 def rule_catalog(machine: Machine, dtype: str) -> list[tuple[str, tuple[Identity, ...]]]:

@@ -7,7 +7,7 @@
 Points are coloured by series (one legend entry each, in order of first appearance); a point's
 label, if any, is written beside it, and every point has a tooltip with its coordinates. Axes
 are logarithmic by default, with ticks at powers of ten (and at 2 and 5 times them when the data
-spans less than two decades). The text conventions are those of `eqsat.svg`.
+spans less than two decades). The text conventions are those of `eqsat.view.svg`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from eqsat.svg import FONT_SIZE, SvgPicture, escape, px, svg_document, svg_text, text_width
+from eqsat.view.svg import FONT_SIZE, SvgPicture, escape, px, svg_document, svg_text, text_width
 
 WIDTH, HEIGHT = 560, 380  # of the plotting area and its axes, legend excluded
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 40, 44  # margins around the plotting area

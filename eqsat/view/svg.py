@@ -1,4 +1,4 @@
-"""What the SVG pictures (`eqsat.egraph_view`, `eqsat.plot`) share: the text conventions, the
+"""What the SVG pictures (`view.egraph_view`, `view.plot`) share: the text conventions, the
 document frame and the picture object. Standard library only, so that a plot does not import
 egglog.
 
