@@ -12,7 +12,7 @@ import pytest
 
 from eqsat.core.measure import interleaved_medians
 from eqsat.extract.machine import Machine, host
-from eqsat.tools import bench
+from eqsat.tools import bench, workloads
 from tests.test_calibrate import FakeMeasure
 
 
@@ -55,7 +55,7 @@ def test_a_wrong_kernel_is_reported_as_a_mismatch() -> None:
     workload = replace(
         bench.workloads(quick=True)[0], reference=lambda a, b, c: np.maximum(a * b + c, 0)
     )  # the kernel computes relu(a*b + c)*0.5
-    result = bench.run_workload(workload, fake_machine(), 1, np.random.default_rng(0))
+    result = workloads.run_workload(workload, fake_machine(), 1, np.random.default_rng(0))
     assert result.correct is False and result.max_error is not None
     assert "MISMATCH" in bench.format_result(result)
 
@@ -64,7 +64,7 @@ def test_a_failing_workload_is_reported_in_its_row() -> None:
     workload = replace(
         bench.workloads(quick=True)[0], program=lambda a, b, c: a @ b.reshape(64, 64)
     )
-    result = bench.run_workload(workload, fake_machine(), 1, np.random.default_rng(0))
+    result = workloads.run_workload(workload, fake_machine(), 1, np.random.default_rng(0))
     assert result.failure is not None and "ShapeError" in result.failure
     assert "FAILED: ShapeError" in bench.format_result(result)
 

@@ -1,0 +1,172 @@
+"""One benchmark workload: an eqsat program beside its numpy reference, compiled, checked
+against float64 and timed against numpy (and numexpr) in interleaved rounds.
+
+Shared by the fixed benchmark (`eqsat.tools.bench`), the random-shape sweep
+(`eqsat.tools.sweep`) and the demo.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+import eqsat
+from eqsat.core.measure import agreement, interleaved_medians, random_inputs
+from eqsat.extract.machine import Machine
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One benchmark: an eqsat program, its plain-numpy reference and the ratio to reach.
+
+    `program` and `reference` take the inputs by name (symbolic tensors, resp. arrays). The
+    reference is timed in float32 and is also the correctness oracle, evaluated in float64.
+    `flops` is None for a memory-bound workload (measured against DRAM bandwidth, counting the
+    bytes of inputs and outputs once); otherwise it is measured against peak flops.
+    """
+
+    name: str
+    description: str
+    shapes: Mapping[str, tuple[int, ...]]
+    program: Callable[..., eqsat.Tensor]
+    reference: Callable[..., np.ndarray]
+    target: float  # numpy time / eqsat time at least this
+    flops: float | None = None
+    min_dram_fraction: float | None = None  # a second target, on the fraction of DRAM bandwidth
+    others: Mapping[str, Callable[..., np.ndarray]] = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    """The figures of one workload (all times in seconds); None where a step did not run."""
+
+    name: str
+    description: str
+    target: float
+    failure: str | None = None  # the exception that stopped the workload, if any
+    compile_seconds: float | None = None
+    stages: list[dict[str, Any]] = field(default_factory=list)  # SaturationReport fields
+    max_error: float | None = None
+    tolerance: float | None = None
+    correct: bool | None = None
+    threads: int | None = None  # eqsat's threads: all OpenMP threads if a loop is parallel, else 1
+    seconds: dict[str, float] = field(default_factory=dict)  # "eqsat", "numpy", other baselines
+    ratios: dict[str, float] = field(default_factory=dict)  # baseline time / eqsat time
+    work: float | None = None  # flops, or bytes of inputs + outputs (see `peak_kind`)
+    peak_kind: str = ""  # "flops" or "DRAM"
+    peak_fraction: float | None = None
+    met: bool | None = None
+
+
+def numexpr_module() -> Any:
+    """The numexpr module, or None where it is not installed (it is an optional baseline)."""
+    try:
+        import numexpr
+    except ImportError:
+        return None
+    return numexpr
+
+
+def numexpr_baseline(expression: str, **constants: float) -> dict[str, Callable[..., np.ndarray]]:
+    """{"numexpr": a function of the inputs evaluating `expression`}, or {} without numexpr.
+
+    Constants are passed as float32 variables: a literal like 0.5 makes numexpr compute in float64.
+    """
+    numexpr = numexpr_module()
+    if numexpr is None:
+        return {}
+    scalars = {name: np.float32(value) for name, value in constants.items()}
+    return {"numexpr": lambda **inputs: numexpr.evaluate(expression, {**inputs, **scalars})}
+
+
+def numpy_gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def numpy_softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+def numpy_layernorm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    centered = x - x.mean(1, keepdims=True)
+    variance = (centered**2).mean(1, keepdims=True)
+    return centered / np.sqrt(variance + 1e-5) * weight + bias
+
+
+def omp_threads(machine: Machine) -> int:
+    """Threads of an OpenMP parallel loop: OMP_NUM_THREADS (first value) or all cores."""
+    value = os.environ.get("OMP_NUM_THREADS", "").split(",")[0]
+    return int(value) if value.isdigit() and int(value) > 0 else machine.cores
+
+
+def run_workload(
+    workload: Workload, machine: Machine, repeats: int, rng: np.random.Generator
+) -> Result:
+    """Compile, check and time one workload; an exception on the way is kept in `failure`.
+
+    It requires: `machine.calibration` is set.
+    """
+    result = Result(workload.name, workload.description, workload.target)
+    try:
+        symbols = {name: eqsat.tensor(name, shape) for name, shape in workload.shapes.items()}
+        start = time.perf_counter()
+        kernel = eqsat.compile(workload.program(**symbols))
+        result.compile_seconds = time.perf_counter() - start
+        result.stages = [  # plain dicts: asdict() turns a Counter's items into tuple keys
+            {**vars(report), "matches": dict(report.matches)} for report in kernel.stages
+        ]
+        inputs = random_inputs(workload.shapes, "float32", rng)
+        got = np.asarray(kernel(**inputs))
+        _check(result, got, workload, inputs)
+        functions = {
+            "eqsat": partial(kernel, **inputs),
+            "numpy": partial(workload.reference, **inputs),
+            **{name: partial(other, **inputs) for name, other in workload.others.items()},
+        }
+        result.seconds = interleaved_medians(functions, repeats)
+    except Exception as error:  # a failing workload is reported in its row; the run goes on
+        lines = str(error).splitlines()
+        result.failure = f"{type(error).__name__}: {lines[0] if lines else ''}"
+        return result
+    parallel = "#pragma omp parallel" in kernel.c_source  # the emitter's mark of a Parallel loop
+    result.threads = omp_threads(machine) if parallel else 1
+    seconds = result.seconds["eqsat"]
+    result.ratios = {name: t / seconds for name, t in result.seconds.items() if name != "eqsat"}
+    calibration = machine.calibration
+    assert calibration is not None
+    if workload.flops is not None:
+        result.work, result.peak_kind = workload.flops, "flops"
+        peak = _at(calibration.peak_flops["float32"], result.threads)
+    else:
+        result.work = sum(array.nbytes for array in inputs.values()) + got.nbytes
+        result.peak_kind = "DRAM"
+        peak = _at(calibration.bandwidth["DRAM"], result.threads)
+    result.peak_fraction = result.work / seconds / peak
+    result.met = result.ratios["numpy"] >= workload.target and (
+        workload.min_dram_fraction is None or result.peak_fraction >= workload.min_dram_fraction
+    )
+    return result
+
+
+def _check(
+    result: Result, got: np.ndarray, workload: Workload, inputs: Mapping[str, np.ndarray]
+) -> None:
+    """Compare `got` with the float64 reference within ARCHITECTURE §9's float32 tolerance."""
+    want = workload.reference(**{name: a.astype(np.float64) for name, a in inputs.items()})
+    check = agreement(got, want, "float32")
+    result.max_error, result.tolerance, result.correct = check.max_error, check.tolerance, check.ok
+
+
+def _at(row: Mapping[int, float], threads: int) -> float:
+    """The figure of `row` at the largest measured thread count <= `threads`."""
+    return row[max(t for t in row if t <= threads)]
+
+
