@@ -40,9 +40,12 @@ from eqsat.core.loops import (
     RegisterTile,
     axis_extent,
     depends_on,
+    full_tile_fraction,
     horizontal,
     large_output,
     loads_in,
+    mean_trips,
+    mean_vectors,
     moves_with,
     pieces_of,
     register_tile,
@@ -215,7 +218,7 @@ class LoopCost:
         assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body_term, Term)
         body = self._statement(body_term)
         sizes = self.bytes_per_buffer(self.accesses(statement))
-        trips = axis_extent(axis)
+        trips = mean_trips(axis)
         if kind.op == "LoopKind.serial":
             tile = register_tile(axis, body_term, self.machine.isa, self.lanes)
             if tile is not None:
@@ -224,7 +227,7 @@ class LoopCost:
         vector = kind.op == "LoopKind.vector" and self.machine.isa != "scalar"
         vectorized = vector and vectorizable(axis, body_term)
         if vectorized:
-            trips = math.ceil(trips / self.lanes)
+            trips = mean_vectors(axis, self.lanes)
         compute = per_trip * trips
         if vectorized and horizontal(axis, body_term):
             compute -= trips * HORIZONTAL_STEP_SAVING - HORIZONTAL_FINISH
@@ -248,7 +251,8 @@ class LoopCost:
         self, statement: Term, tile: RegisterTile, body: Estimate, sizes: Mapping[str, float]
     ) -> _Statement:
         """One FMA per accumulator and one load per distinct operand each step; the
-        accumulators are loaded before the loop and stored after it."""
+        accumulators are loaded before the loop and stored after it. In a remainder tile (a
+        tile axis clipped to its extent) the emitter runs the plain loops instead."""
         value = tile.accumulate.args[3]
         assert isinstance(value, Term)
         tile_axes = [(a, axis_extent(a)) for a in tile.unrolled]
@@ -263,9 +267,11 @@ class LoopCost:
         step = max(
             tile.count * max(1, _ops(value)) / OPS_PER_CYCLE, operand_loads / LOADS_PER_CYCLE
         ) + tile.count * _latency(value)
-        trips = axis_extent(statement.args[0])  # type: ignore[arg-type]
+        trips = mean_trips(statement.args[0])  # type: ignore[arg-type]
         spill = tile.count * (1 / LOADS_PER_CYCLE + 1 / STORES_PER_CYCLE)
-        compute = trips * (step + LOOP_OVERHEAD) + spill
+        full = full_tile_fraction(tile)
+        plain_loops = trips * (body.compute + LOOP_OVERHEAD)
+        compute = full * (trips * (step + LOOP_OVERHEAD) + spill) + (1 - full) * plain_loops
         return self.combine(statement, sizes, [body], trips, compute)
 
     def combine(

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from eqsat.core.loops import axis_extent, split_tile
+from eqsat.core.loops import split_tile
 from eqsat.core.terms import Arg, LoopProgram, Term, index_items
 
 UNARY: dict[str, Callable[[Any], Any]] = {
@@ -118,6 +118,20 @@ class _Machine:
             return self.axis_value(outer) * tile + self.axis_value(inner)
         raise ValueError(f"axis used outside its loop: {axis}")
 
+    def trips(self, axis: Term) -> int:
+        """Iterations of a loop over `axis` here: a split's inner piece is clipped to the extent
+        in the last tile (`eqsat.core.loops.trip_runs`), so it reads its outer piece's value."""
+        if axis.op == "Axis.named":
+            return int(axis.args[1])  # type: ignore[arg-type]
+        parent, tile = axis.args[0], int(axis.args[1])  # type: ignore[arg-type]
+        assert isinstance(parent, Term)
+        if axis.op == "Axis.outer":
+            return -(-self.trips(parent) // tile)
+        outer = Term("Axis.outer", (parent, tile))
+        if outer not in self.env:
+            raise ValueError(f"a loop over {axis} outside a loop over its outer piece")
+        return min(tile, self.trips(parent) - self.env[outer] * tile)
+
     def index(self, t: Term) -> int:
         a = t.args
         match t.op:
@@ -163,7 +177,7 @@ class _Machine:
                 assert isinstance(axis, Term) and isinstance(body, Term)
                 if axis in self.env:
                     raise ValueError(f"loop nested inside a loop over the same axis: {axis}")
-                for value in range(axis_extent(axis)):
+                for value in range(self.trips(axis)):
                     self.env[axis] = value
                     self.execute(body)
                 del self.env[axis]

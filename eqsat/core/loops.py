@@ -245,16 +245,63 @@ def register_tile(axis: Term, body: Term, isa: str, lanes: int) -> RegisterTile 
 
 
 def axis_extent(axis: Term) -> int:
-    """Number of iterations of a loop over `axis`. Splits must divide the extent."""
+    """The most iterations a loop over `axis` runs (`trip_runs` has them all)."""
+    return max(trip_runs(axis))
+
+
+def trip_runs(axis: Term) -> dict[int, int]:
+    """How many times a loop over `axis` runs each number of iterations, per run of its named
+    axis. A split by T of an extent E that T does not divide ends in a remainder tile:
+    `a.inner(T)` runs T iterations in each full tile and E mod T in the last one (clipped to the
+    extent), and `a.outer(T)` runs ceil(E/T) times. One entry when every split above `axis`
+    divides its extent."""
     a = axis.args
-    match axis.op:
-        case "Axis.named":
-            return int(a[1])  # type: ignore[arg-type]
-        case "Axis.outer":
-            return -(-axis_extent(a[0]) // int(a[1]))  # type: ignore[arg-type]
-        case "Axis.inner":
-            return int(a[1])  # type: ignore[arg-type]
-    raise ValueError(f"not an axis: {axis.op}")
+    if axis.op == "Axis.named":
+        return {int(a[1]): 1}  # type: ignore[arg-type]
+    if axis.op not in ("Axis.outer", "Axis.inner"):
+        raise ValueError(f"not an axis: {axis.op}")
+    parent, tile = a[0], int(a[1])  # type: ignore[arg-type]
+    assert isinstance(parent, Term)
+    runs: dict[int, int] = {}
+    for trips, count in trip_runs(parent).items():
+        if axis.op == "Axis.outer":
+            pieces = {-(-trips // tile): count}
+        else:
+            pieces = {tile: count * (trips // tile), trips % tile: count}
+        for piece_trips, piece_count in pieces.items():
+            if piece_trips and piece_count:
+                runs[piece_trips] = runs.get(piece_trips, 0) + piece_count
+    return runs
+
+
+def has_remainder(axis: Term) -> bool:
+    """True when a loop over `axis` does not always run the same number of iterations."""
+    return len(trip_runs(axis)) > 1
+
+
+def mean_trips(axis: Term) -> float:
+    """The iterations of a loop over `axis`, averaged over its runs."""
+    runs = trip_runs(axis)
+    return sum(trips * count for trips, count in runs.items()) / sum(runs.values())
+
+
+def mean_vectors(axis: Term, lanes: int) -> float:
+    """The vectors of `lanes` elements (a partial last one counted whole) that a vector loop
+    over `axis` runs, averaged over its runs."""
+    runs = trip_runs(axis)
+    vectors = sum(-(-trips // lanes) * count for trips, count in runs.items())
+    return vectors / sum(runs.values())
+
+
+def full_tile_fraction(tile: RegisterTile) -> float:
+    """The fraction of a register tile's runs in which every tile axis runs all its iterations
+    (the emitter keeps the accumulators in registers only then)."""
+    axes = [*tile.unrolled, *([tile.vector_axis] if tile.vector_axis is not None else [])]
+    fraction = 1.0
+    for axis in axes:
+        runs = trip_runs(axis)
+        fraction *= runs[axis_extent(axis)] / sum(runs.values())
+    return fraction
 
 
 ACCESS_OPS = ("Scalar.load", "Stmt.store", "Stmt.accumulate")  # their args: buffer, index list
