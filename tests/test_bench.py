@@ -12,7 +12,7 @@ import pytest
 
 from eqsat.core.measure import interleaved_medians
 from eqsat.extract.machine import Machine, host
-from eqsat.tools import bench, workloads
+from eqsat.tools import bench, sweep, workloads
 from tests.test_calibrate import FakeMeasure
 
 
@@ -110,3 +110,27 @@ def test_interleaved_rounds_rotate_so_no_function_always_follows_the_same_one() 
         (timed[n], timed[n + 1]) for n in range(len(timed) - 1) if timed[n] != timed[n + 1]
     }
     assert {("a", "b"), ("b", "a"), ("c", "a"), ("a", "c")} <= followers
+
+
+def test_sweep_shapes_are_seeded_bounded_and_mostly_not_multiples_of_8() -> None:
+    family = sweep.FAMILIES[0]
+    shapes = sweep.random_shapes(family, 40, np.random.default_rng(3))
+    assert shapes == sweep.random_shapes(family, 40, np.random.default_rng(3))
+    low, high = family.extent_range
+    assert all(low <= e <= high for shape in shapes for e in shape)
+    assert all(np.prod(shape) <= family.max_elements for shape in shapes)
+    extents = [e for shape in shapes for e in shape]
+    assert sum(e % 8 != 0 for e in extents) > len(extents) / 2
+
+
+def test_sweep_runs_checks_and_summarizes_a_family() -> None:
+    tiny = sweep.Family(
+        "elementwise", 2, (3, 40), 2000, sweep.FAMILIES[-1].workload, 2.5, 1.0
+    )
+    results, summaries = sweep.run_sweep([tiny], 2, 0, fake_machine(), 1)
+    assert len(results) == 2 and all(r.correct for r in results)
+    (summary,) = summaries
+    ratios = [r.ratios["numpy"] for r in results]
+    assert summary.geometric_mean == pytest.approx(float(np.sqrt(ratios[0] * ratios[1])))
+    assert summary.worst == min(ratios)
+    assert summary.met == (summary.geometric_mean >= 2.5 and summary.worst >= 1.0)

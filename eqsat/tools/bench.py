@@ -10,8 +10,11 @@ Then the cost-model calibration table (`eqsat.tools.model_check`): for matmul, s
 and an elementwise chain, the rank correlation between predicted and measured times of ~36
 candidate nests each, and the regret of the model's pick.
 
+Then, with `--sweep`, the random-shape sweep (`eqsat.tools.sweep`): per program family, shapes
+drawn log-uniform, each shape's ratio, and the geometric mean and the worst against targets.
+
     python -m eqsat bench [--only elementwise,softmax,calibration:matmul] [--quick]
-                          [--repeats N] [--json PATH]
+                          [--repeats N] [--json PATH] [--sweep [N]] [--seed S]
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import numpy as np
 import eqsat
 from eqsat.backend_c.calibrate import calibrated_host
 from eqsat.extract.machine import Calibration, Machine, cpu_model
-from eqsat.tools import model_check
+from eqsat.tools import model_check, sweep
 from eqsat.tools.workloads import (
     Result,
     Workload,
@@ -232,12 +235,25 @@ def _parse(argv: Sequence[str], names: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes (a fast smoke run)")
     parser.add_argument("--repeats", type=int, default=15, help="timed rounds (default 15)")
     parser.add_argument("--json", metavar="PATH", help="also write every figure as JSON here")
+    parser.add_argument(
+        "--sweep",
+        type=int,
+        nargs="?",
+        const=8,
+        default=0,
+        metavar="N",
+        help="also run N random shapes per family (default 8): matmul, mlp, softmax, layernorm, "
+        "elementwise (--only selects families too)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sweep's shapes")
     options = parser.parse_args(argv)
     unknown = set((options.only or "").split(",")) - set(names) - {""}
     if unknown:
         parser.error(f"unknown workload(s) {', '.join(sorted(unknown))}; choose from {names}")
     if options.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if options.sweep < 0:
+        parser.error("--sweep takes a positive number of shapes")
     return options
 
 
@@ -287,6 +303,12 @@ def main(argv: Sequence[str], machine: Machine | None = None) -> int:
         if checks_selected
         else []
     )
+    families = [f for f in sweep.FAMILIES if not options.only or f.name in chosen]
+    swept, summaries = (
+        sweep.run_sweep(families, options.sweep, options.seed, machine, options.repeats)
+        if options.sweep
+        else ([], [])
+    )
     described = [f"  {w.name}: {w.description}" for w in selected] + [
         f"  calibration:{w.name}: {w.description}" for w in checks_selected
     ]
@@ -300,10 +322,14 @@ def main(argv: Sequence[str], machine: Machine | None = None) -> int:
             "header": header,
             "workloads": [asdict(result) for result in results],
             "calibration": [asdict(check) for check in checks],
+            "sweep": [asdict(result) for result in swept],
+            "sweep_summary": [asdict(summary) for summary in summaries],
         }
         with open(options.json, "w") as handle:
             json.dump(report, handle, indent=2)
-    bad = [r.name for r in results if r.failure is not None or not r.correct] + [
+    bad = [r.name for r in results if r.failure is not None or not r.correct]
+    bad += [r.description for r in swept if r.failure is not None or not r.correct]
+    bad += [
         f"calibration:{c.name}" for c in checks if c.failure is not None or c.wrong
     ]
     if bad:

@@ -1,0 +1,200 @@
+"""`python -m eqsat bench --sweep`: eqsat against numpy on random shapes, per program family.
+
+A user's first try is on their own shapes, not the benchmark's. Each family draws shapes from a
+seeded generator, every extent log-uniform over its range (most are not multiples of 8 or 16,
+from a few elements to beyond the last-level cache), compiles, checks and times each shape like
+a fixed workload (`eqsat.tools.workloads.run_workload`), and reports the geometric mean and the
+worst numpy/eqsat ratio against the family's targets.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+import eqsat
+from eqsat.extract.machine import Machine
+from eqsat.tools.workloads import Result, Workload, numpy_layernorm, numpy_softmax, run_workload
+
+
+@dataclass(frozen=True)
+class Family:
+    """Programs of one kind over random shapes: `workload(shape)` builds one; each dimension of
+    a shape is drawn log-uniform in `extent_range`, redrawn while their product exceeds
+    `max_elements` (which bounds the run time of one shape)."""
+
+    name: str
+    dimensions: int
+    extent_range: tuple[int, int]
+    max_elements: float
+    workload: Callable[[tuple[int, ...]], Workload]
+    mean_target: float  # geometric mean of numpy time / eqsat time over the shapes
+    worst_target: float  # every shape at least this
+
+
+def _matmul(shape: tuple[int, ...]) -> Workload:
+    m, k, n = shape
+    return Workload(
+        "matmul",
+        f"A @ B, {m}x{k} @ {k}x{n}",
+        {"A": (m, k), "B": (k, n)},
+        lambda A, B: A @ B,
+        lambda A, B: A @ B,
+        target=0.6,
+        flops=2.0 * m * k * n,
+    )
+
+
+def _mlp(shape: tuple[int, ...]) -> Workload:
+    m, k, n = shape
+    return Workload(
+        "mlp",
+        f"relu(x @ W + b), x {m}x{k}, W {k}x{n}",
+        {"x": (m, k), "W": (k, n), "b": (n,)},
+        lambda x, W, b: eqsat.relu(x @ W + b),
+        lambda x, W, b: np.maximum(x @ W + b, 0),
+        target=0.7,
+        flops=2.0 * m * k * n,
+    )
+
+
+def _softmax(shape: tuple[int, ...]) -> Workload:
+    rows, columns = shape
+    return Workload(
+        "softmax",
+        f"row softmax, {rows}x{columns}",
+        {"x": (rows, columns)},
+        eqsat.softmax,
+        numpy_softmax,
+        target=1.5,
+    )
+
+
+def _layernorm(shape: tuple[int, ...]) -> Workload:
+    rows, columns = shape
+    return Workload(
+        "layernorm",
+        f"layernorm with weight and bias, {rows}x{columns}",
+        {"x": (rows, columns), "weight": (columns,), "bias": (columns,)},
+        eqsat.layernorm,
+        numpy_layernorm,
+        target=2.0,
+    )
+
+
+def _elementwise(shape: tuple[int, ...]) -> Workload:
+    rows, columns = shape
+    return Workload(
+        "elementwise",
+        f"relu(a*b + c)*0.5, {rows}x{columns}",
+        {"a": (rows, columns), "b": (rows, columns), "c": (rows, columns)},
+        lambda a, b, c: eqsat.relu(a * b + c) * 0.5,
+        lambda a, b, c: np.maximum(a * b + c, 0) * 0.5,
+        target=1.0,
+    )
+
+
+FAMILIES = (
+    Family("matmul", 3, (8, 2048), 2.0e9, _matmul, mean_target=0.9, worst_target=0.6),
+    Family("mlp", 3, (8, 2048), 2.0e9, _mlp, mean_target=1.0, worst_target=0.7),
+    Family("softmax", 2, (8, 8192), 1.6e7, _softmax, mean_target=2.5, worst_target=1.5),
+    Family("layernorm", 2, (8, 8192), 1.6e7, _layernorm, mean_target=3.5, worst_target=2.0),
+    Family("elementwise", 2, (4, 8192), 1.6e7, _elementwise, mean_target=2.5, worst_target=1.0),
+)
+
+
+def random_shapes(family: Family, count: int, rng: np.random.Generator) -> list[tuple[int, ...]]:
+    """`count` shapes of `family`, each extent log-uniform in its range."""
+    low, high = (math.log(e) for e in family.extent_range)
+    shapes: list[tuple[int, ...]] = []
+    while len(shapes) < count:
+        shape = tuple(round(math.exp(rng.uniform(low, high))) for _ in range(family.dimensions))
+        if math.prod(shape) <= family.max_elements:
+            shapes.append(shape)
+    return shapes
+
+
+@dataclass(frozen=True)
+class FamilySummary:
+    name: str
+    shapes: int
+    failed: int  # shapes that did not compile, or did not match numpy
+    geometric_mean: float | None  # of numpy time / eqsat time, over the shapes that ran
+    worst: float | None
+    worst_shape: str | None
+    mean_target: float
+    worst_target: float
+
+    @property
+    def met(self) -> bool:
+        return (
+            self.failed == 0
+            and self.geometric_mean is not None
+            and self.worst is not None
+            and self.geometric_mean >= self.mean_target
+            and self.worst >= self.worst_target
+        )
+
+
+def summarize(family: Family, results: Sequence[Result]) -> FamilySummary:
+    """The geometric mean and the worst numpy/eqsat ratio of a family's `results`."""
+    ran = [r for r in results if r.failure is None and r.correct]
+    ratios = [r.ratios["numpy"] for r in ran]
+    worst = min(ran, key=lambda r: r.ratios["numpy"]) if ran else None
+    return FamilySummary(
+        family.name,
+        len(results),
+        len(results) - len(ran),
+        math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None,
+        worst.ratios["numpy"] if worst else None,
+        worst.description if worst else None,
+        family.mean_target,
+        family.worst_target,
+    )
+
+
+def format_shape(result: Result) -> str:
+    """One line of the sweep: the shape, the times and the ratio, or why it failed."""
+    if result.failure is not None:
+        return f"  {result.description:<48}  FAILED: {result.failure[:120]}"
+    mark = "" if result.correct else "  MISMATCH"
+    return (
+        f"  {result.description:<48}  eqsat {result.seconds['eqsat'] * 1e3:9.3f} ms"
+        f"  numpy {result.seconds['numpy'] * 1e3:9.3f} ms  {result.ratios['numpy']:6.2f}x"
+        f"  (compile {result.compile_seconds:.1f} s){mark}"
+    )
+
+
+def format_summary(summary: FamilySummary) -> str:
+    if summary.geometric_mean is None or summary.worst is None:
+        return f"{summary.name}: no shape ran ({summary.failed} failed)"
+    failed = f", {summary.failed} FAILED" if summary.failed else ""
+    return (
+        f"{summary.name}: geometric mean {summary.geometric_mean:.2f}x "
+        f"(target >= {summary.mean_target:g}x), worst {summary.worst:.2f}x "
+        f"(target >= {summary.worst_target:g}x: {summary.worst_shape}){failed}; "
+        f"met: {'yes' if summary.met else 'NO'}"
+    )
+
+
+def run_sweep(
+    families: Sequence[Family], count: int, seed: int, machine: Machine, repeats: int
+) -> tuple[list[Result], list[FamilySummary]]:
+    """Draw `count` shapes per family (seeded), run each, print a line per shape and a summary
+    per family. It requires: `machine.calibration` is set."""
+    rng = np.random.default_rng(seed)
+    results: list[Result] = []
+    summaries = []
+    for family in families:
+        print(f"\nsweep {family.name} ({count} shapes, seed {seed}):", flush=True)
+        family_results = []
+        for shape in random_shapes(family, count, rng):
+            family_results.append(run_workload(family.workload(shape), machine, repeats, rng))
+            print(format_shape(family_results[-1]), flush=True)
+        summaries.append(summarize(family, family_results))
+        print(format_summary(summaries[-1]), flush=True)
+        results += family_results
+    return results, summaries
