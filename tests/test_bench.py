@@ -4,13 +4,14 @@ asserted)."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from eqsat.core.measure import interleaved_medians
+from eqsat.core.measure import BLOCK_SECONDS, interleaved_medians
 from eqsat.extract.machine import Machine, host
 from eqsat.tools import bench, sweep, workloads
 from tests.test_calibrate import FakeMeasure
@@ -104,12 +105,27 @@ def test_interleaved_rounds_rotate_so_no_function_always_follows_the_same_one() 
     functions = {name: (lambda name=name: calls.append(name)) for name in "abc"}
     medians = interleaved_medians(functions, repeats=6, budget_seconds=60.0)
     assert set(medians) == {"a", "b", "c"} and all(t >= 0 for t in medians.values())
-    timed = calls[3:]  # after one warm-up call each
-    assert len(timed) == 18
-    followers = {
-        (timed[n], timed[n + 1]) for n in range(len(timed) - 1) if timed[n] != timed[n + 1]
-    }
+    timed = calls[6:]  # after two warm-up calls each
+    blocks = [name for n, name in enumerate(timed) if n == 0 or timed[n - 1] != name]
+    assert len(blocks) == 18
+    followers = {(blocks[n], blocks[n + 1]) for n in range(len(blocks) - 1)}
     assert {("a", "b"), ("b", "a"), ("c", "a"), ("a", "c")} <= followers
+
+
+def test_a_fast_function_is_timed_over_a_block_of_calls_and_a_slow_one_once() -> None:
+    calls = {"fast": 0, "slow": 0}
+
+    def fast() -> None:
+        calls["fast"] += 1
+
+    def slow() -> None:
+        calls["slow"] += 1
+        time.sleep(3 * BLOCK_SECONDS)
+
+    medians = interleaved_medians({"fast": fast, "slow": slow}, repeats=4, budget_seconds=60.0)
+    assert calls["slow"] == 2 + 4  # two warm-up calls, then one per round
+    assert calls["fast"] > 2 + 4 * 10
+    assert medians["slow"] >= 3 * BLOCK_SECONDS > medians["fast"]
 
 
 def test_sweep_shapes_are_seeded_bounded_and_mostly_not_multiples_of_8() -> None:

@@ -17,6 +17,7 @@ import numpy as np
 
 BUDGET_SECONDS = 5.0  # of timing per call of interleaved_medians; past it, MIN_ROUNDS suffice
 MIN_ROUNDS = 3
+BLOCK_SECONDS = 2e-3  # a function faster than this is timed over a block of calls this long
 # ARCHITECTURE §9: |got - want| <= rtol * |want| + rtol * max(1, max|want|), elementwise
 RTOL = {"float32": 1e-4, "float64": 1e-9}
 
@@ -64,7 +65,11 @@ def interleaved_medians(
     *,
     each_seconds: float | None = None,
 ) -> dict[Name, float]:
-    """Median wall time of each function, timed in rounds of one call each after one warm-up.
+    """Median wall time of one call of each function, timed in rounds after one warm-up.
+
+    Each round times each function over a block of back-to-back calls lasting about
+    BLOCK_SECONDS (one call for a slow function), so a fast function is measured in steady
+    state: warm caches, and threads that have not gone to sleep since its previous call.
 
     Interleaving spreads the noise of other processes over all functions alike, and the order
     rotates every round, so no function always runs right after the same one (which leaves the
@@ -75,8 +80,7 @@ def interleaved_medians(
 
     It requires: `repeats` >= 1.
     """
-    for function in functions.values():
-        function()
+    calls = {name: _calls_per_block(function) for name, function in functions.items()}
     times: dict[Name, list[float]] = {name: [] for name in functions}
     start = time.perf_counter()
     for round_ in range(repeats):
@@ -89,9 +93,20 @@ def interleaved_medians(
             break
         shift = round_ % len(timed)
         for name in timed[shift:] + timed[:shift]:
+            function, count = functions[name], calls[name]
             before = time.perf_counter()
-            functions[name]()
-            times[name].append(time.perf_counter() - before)
+            for _ in range(count):
+                function()
+            times[name].append((time.perf_counter() - before) / count)
         if round_ + 1 >= MIN_ROUNDS and time.perf_counter() - start > budget_seconds:
             break
     return {name: statistics.median(samples) for name, samples in times.items()}
+
+
+def _calls_per_block(function: Callable[[], object]) -> int:
+    """Back-to-back calls of `function` lasting about BLOCK_SECONDS, from a warm-up call."""
+    function()
+    before = time.perf_counter()
+    function()
+    single = time.perf_counter() - before
+    return max(1, min(10_000, round(BLOCK_SECONDS / max(single, 1e-7))))
