@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection, Mapping
 from functools import partial
 
 from eqsat.backend_c.abi import C_TYPES, prototype
@@ -24,10 +25,12 @@ from eqsat.core.loops import (
     RegisterTile,
     access_kind,
     axis_extent,
+    has_remainder,
     horizontal,
     register_tile,
     split_tile,
     streamed_store,
+    trip_runs,
     vectorizable,
 )
 from eqsat.core.terms import LoopProgram, Term, index_items
@@ -115,6 +118,21 @@ class _Emitter:
             inner = self.axis_expr(Term("Axis.inner", (axis, tile)))
             return f"({outer} * {tile} + {inner})"
         raise ValueError(f"axis used outside its loop: {axis}")
+
+    def trips_expr(self, axis: Term) -> str:
+        """C expression of the iterations of a loop over `axis` here: a constant, or for a
+        split piece in a remainder tile (`eqsat.core.loops.trip_runs`), the part of the tile
+        left before the extent, from the enclosing pieces."""
+        runs = trip_runs(axis)
+        if len(runs) == 1:
+            return str(next(iter(runs)))
+        parent, tile = axis.args
+        assert isinstance(parent, Term)
+        if axis.op == "Axis.outer":
+            return f"(({self.trips_expr(parent)} + {int(tile) - 1}) / {tile})"  # type: ignore[arg-type]
+        outer = self.axis_expr(Term("Axis.outer", (parent, tile)))
+        left = f"({self.trips_expr(parent)} - {outer} * {tile})"
+        return f"({left} < {tile} ? {left} : {tile})"
 
     def index_expr(self, index: Term) -> str:
         a = index.args
@@ -224,16 +242,18 @@ class _Emitter:
             case _:
                 raise ValueError(f"not a statement: {s.op}")
 
-    def loop(self, axis: Term, kind: Term, body: Term) -> None:
+    def loop(self, axis: Term, kind: Term, body: Term, tiled: bool = True) -> None:
+        """A loop statement; `tiled=False` emits a register tile's plain loops instead."""
         if kind.op == "LoopKind.vector" and self.vector is not None and vectorizable(axis, body):
             self.vector_loop(axis, body)
             return
         lanes = self.vector.lanes if self.vector is not None else 1
-        tile = register_tile(axis, body, self.isa, lanes) if kind.op == "LoopKind.serial" else None
+        serial = kind.op == "LoopKind.serial" and tiled
+        tile = register_tile(axis, body, self.isa, lanes) if serial else None
         if tile is not None:
-            self.register_tile_loop(axis, tile)
+            self.register_tile_loop(axis, kind, body, tile)
             return
-        var, extent = axis_var(axis), axis_extent(axis)
+        var, extent = axis_var(axis), self.trips_expr(axis)
         region = kind.op == "LoopKind.parallel" and not self.in_parallel
         if region:
             self.line("#pragma omp parallel for schedule(static)")
@@ -263,56 +283,144 @@ class _Emitter:
         self.depth -= 1
         self.scope.pop()
 
-    def tile_copies(self, tile: RegisterTile) -> list[dict[Term, str]]:
-        """One binding of the tile's unrolled axes (and vector-lane starts) per accumulator."""
-        copies: list[dict[Term, str]] = [{}]
-        for axis in tile.unrolled:
-            copies = [{**c, axis: str(v)} for c in copies for v in range(axis_extent(axis))]
-        if tile.vector_axis is not None:
-            assert self.vector is not None
-            starts = range(0, axis_extent(tile.vector_axis), self.vector.lanes)
-            copies = [{**c, tile.vector_axis: str(v)} for c in copies for v in starts]
-        return copies
+    def tile_edges(self, tile: RegisterTile) -> list[Term]:
+        """The split pieces that clip a register tile's axes to their extent from outside the
+        tile (a remainder tile of a loop around it): the tile's copies cannot know their
+        iterations, so the tile runs only where these run in full, checked at run time."""
+        inside = set(_tile_axes(tile))
+        edges: list[Term] = []
 
-    def register_tile_loop(self, axis: Term, tile: RegisterTile) -> None:
+        def visit(axis: Term) -> None:
+            if not has_remainder(axis):
+                return
+            parent, tile_size = axis.args
+            assert isinstance(parent, Term)
+            if axis.op == "Axis.inner" and Term("Axis.outer", (parent, tile_size)) not in inside:
+                edges.append(axis)
+            else:
+                visit(parent)
+
+        for axis in _tile_axes(tile):
+            visit(axis)
+        return list(dict.fromkeys(edges))
+
+    def copy_trips(self, axis: Term, binding: Mapping[Term, int], full: Collection[Term]) -> int:
+        """Iterations of a tile axis in one copy of the tile: its enclosing pieces are bound by
+        the copy (`binding`) or run in full (`full`, the checked `tile_edges`)."""
+        if not has_remainder(axis) or axis in full:
+            return axis_extent(axis)
+        parent, tile = axis.args[0], int(axis.args[1])  # type: ignore[arg-type]
+        assert isinstance(parent, Term)
+        above = self.copy_trips(parent, binding, full)
+        if axis.op == "Axis.outer":
+            return -(-above // tile)
+        return min(tile, above - binding[Term("Axis.outer", (parent, tile))] * tile)
+
+    def tile_copies(
+        self, tile: RegisterTile, full: Collection[Term]
+    ) -> list[tuple[dict[Term, str], str | None]]:
+        """One binding of the tile's unrolled axes (and vector-lane starts) per accumulator,
+        with the lane mask of a partial vector (None for a whole one). A vector axis clipped
+        from outside the tile (not in `full`) gets masks computed at run time."""
+        copies: list[dict[Term, int]] = [{}]
+        for axis in tile.unrolled:
+            copies = [
+                {**c, axis: v} for c in copies for v in range(self.copy_trips(axis, c, full))
+            ]
+        masked: list[tuple[dict[Term, int], str | None]] = [(c, None) for c in copies]
+        vector_axis = tile.vector_axis
+        if vector_axis is not None:
+            assert self.vector is not None
+            lanes, masked = self.vector.lanes, []
+            outside = vector_axis in self.tile_edges(tile) and vector_axis not in full
+            for c in copies:
+                if outside:
+                    trips = self.trips_expr(vector_axis)
+                    for start in range(0, axis_extent(vector_axis), lanes):
+                        left = f"{trips} - {start}"
+                        count = f"({left} >= {lanes} ? {lanes} : {left} > 0 ? {left} : 0)"
+                        masked.append(({**c, vector_axis: start}, self.vector.tail_mask(count)))
+                    continue
+                trips_here = self.copy_trips(vector_axis, c, full)
+                for start in range(0, trips_here, lanes):
+                    short = trips_here - start < lanes
+                    mask = self.vector.tail_mask(str(trips_here - start)) if short else None
+                    masked.append(({**c, vector_axis: start}, mask))
+        return [({a: str(v) for a, v in c.items()}, mask) for c, mask in masked]
+
+    def register_tile_loop(self, axis: Term, kind: Term, body: Term, tile: RegisterTile) -> None:
         """Unroll-and-jam with register promotion: the tile's accumulators are loaded into
         registers before the loop, updated in it, and stored after it
-        (eqsat.core.loops.RegisterTile)."""
+        (eqsat.core.loops.RegisterTile). In a remainder tile whose iterations only a loop
+        outside knows (`tile_edges`), the plain loops run instead, except that a masked ISA
+        clips the vector axis with masks; the plain loops also run where a partial vector
+        needs a mask the ISA lacks."""
+        assert self.vector is not None or tile.vector_axis is None
+        masks = self.vector is not None and self.vector.masked_tail
+        edges = [e for e in self.tile_edges(tile) if not (masks and e == tile.vector_axis)]
+        copies = self.tile_copies(tile, edges)
+        if not masks and any(mask is not None for _, mask in copies):
+            self.loop(axis, kind, body, tiled=False)
+            return
+        if not edges:
+            self.promoted_tile(axis, tile, copies)
+            return
+        full = " && ".join(f"{self.trips_expr(a)} == {axis_extent(a)}" for a in edges)
+        self.line(f"if ({full}) {{")
+        self.depth += 1
+        self.promoted_tile(axis, tile, copies)
+        self.depth -= 1
+        self.line("} else {")
+        self.depth += 1
+        self.loop(axis, kind, body, tiled=False)
+        self.depth -= 1
+        self.line("}")
+
+    def promoted_tile(
+        self, axis: Term, tile: RegisterTile, copies: list[tuple[dict[Term, str], str | None]]
+    ) -> None:
+        """The register tile's loop with one accumulator per copy (`tile_copies`)."""
         buffer, target, op, value = tile.accumulate.args
         assert isinstance(target, Term) and isinstance(value, Term)
         vector = self.vector if tile.vector_axis is not None else None
-        copies = self.tile_copies(tile)
-        inner_axes = [*tile.unrolled, *([tile.vector_axis] if tile.vector_axis else [])]
+        inner_axes = _tile_axes(tile)
         self.line("{")
         self.depth += 1
+        names: dict[str, str] = {}  # each distinct lane mask computed once, before the loop
+        for _, mask in copies:
+            if mask is not None and mask not in names:
+                assert vector is not None
+                names[mask] = f"lanes{len(names)}"
+                self.line(f"const {vector.mask_type} {names[mask]} = {mask};")
+        copies = [(binding, names.get(mask, mask)) for binding, mask in copies]  # type: ignore
         self.scope.extend(inner_axes)
         elements = []
-        for n, binding in enumerate(copies):
+        for n, (binding, mask) in enumerate(copies):
             self.fixed.update(binding)
             element = self.element(str(buffer), target)
             elements.append(element)
             if vector is not None:
-                self.line(f"{vector.vtype} acc{n} = {vector.load('&' + element)};")
+                self.line(f"{vector.vtype} acc{n} = {vector.load('&' + element, mask)};")
             else:
                 self.line(f"{self.ctype} acc{n} = {element};")
-        var, extent = axis_var(axis), axis_extent(axis)
+        var, extent = axis_var(axis), self.trips_expr(axis)
         self.line(f"for (int64_t {var} = 0; {var} < {extent}; ++{var}) {{")
         self.depth += 1
         self.scope.append(axis)
-        for n, binding in enumerate(copies):
+        for n, (binding, mask) in enumerate(copies):
             self.fixed.update(binding)
             if vector is not None and tile.vector_axis is not None:
-                update = self.vector_update(str(op), f"acc{n}", value, tile.vector_axis)
+                update = self.vector_update(str(op), f"acc{n}", value, tile.vector_axis, mask)
                 self.line(f"acc{n} = {update};")
             else:
                 self.line(f"acc{n} = {self.scalar_update(str(op), f'acc{n}', value)};")
         self.scope.pop()
         self.depth -= 1
         self.line("}")
-        for n, (binding, element) in enumerate(zip(copies, elements, strict=True)):
+        for n, ((binding, mask), element) in enumerate(zip(copies, elements, strict=True)):
             self.fixed.update(binding)
             if vector is not None:
-                self.line(vector.store("&" + element, f"acc{n}"))
+                self.line(vector.store("&" + element, f"acc{n}", mask))
             else:
                 self.line(f"{element} = acc{n};")
         for a in inner_axes:
@@ -321,14 +429,17 @@ class _Emitter:
         self.depth -= 1
         self.line("}")
 
-    def vector_update(self, op: str, acc: str, value: Term, axis: Term) -> str:
-        """`acc op value` for whole vectors; a sum of a product is one FMA."""
+    def vector_update(
+        self, op: str, acc: str, value: Term, axis: Term, mask: str | None = None
+    ) -> str:
+        """`acc op value` for a vector (its lanes in `mask` only, when given); a sum of a
+        product is one FMA (lanes outside the mask load zeros and are never stored)."""
         assert self.vector is not None
         if op == "sum" and value.op == "Scalar.binary" and value.args[0] == "mul":
-            x = self.vector_scalar(value.args[1], axis, None)  # type: ignore[arg-type]
-            y = self.vector_scalar(value.args[2], axis, None)  # type: ignore[arg-type]
+            x = self.vector_scalar(value.args[1], axis, mask)  # type: ignore[arg-type]
+            y = self.vector_scalar(value.args[2], axis, mask)  # type: ignore[arg-type]
             return self.vector.fmadd(x, y, acc)
-        return self.vector.combine(op, acc, self.vector_scalar(value, axis, None))
+        return self.vector.combine(op, acc, self.vector_scalar(value, axis, mask), mask)
 
     def scalar_update(self, op: str, acc: str, value: Term) -> str:
         return self.scalar_combine(op, acc, self.scalar(value))
@@ -341,7 +452,8 @@ class _Emitter:
         """SIMD loop: full vectors, then a masked vector (AVX-512) or scalar (AVX2) tail."""
         vector = self.vector
         assert vector is not None
-        var, extent, lanes = axis_var(axis), axis_extent(axis), vector.lanes
+        var, extent, lanes = axis_var(axis), self.trips_expr(axis), vector.lanes
+        partial_vector = any(trips % lanes for trips in trip_runs(axis))
         buffer, target, value = str(body.args[0]), body.args[1], body.args[-1]
         assert isinstance(target, Term) and isinstance(value, Term)
         reduction = horizontal(axis, body)
@@ -350,7 +462,8 @@ class _Emitter:
         self.line("{")
         self.depth += 1
         self.line(f"int64_t {var} = 0;")
-        chains = HORIZONTAL_CHAINS if reduction and extent >= HORIZONTAL_CHAINS * lanes else 1
+        long_enough = axis_extent(axis) >= HORIZONTAL_CHAINS * lanes
+        chains = HORIZONTAL_CHAINS if reduction and long_enough else 1
         if reduction:
             identity = vector.broadcast(self.literal(0.0 if op == "sum" else -math.inf))
             self.line(f"{vector.vtype} acc = {identity};")
@@ -391,7 +504,7 @@ class _Emitter:
         vector_step(None)
         self.depth -= 1
         self.line("}")
-        if vector.masked_tail and extent % lanes:
+        if vector.masked_tail and partial_vector:
             self.line(f"if ({var} < {extent}) {{")
             self.depth += 1
             self.line(f"{vector.mask_type} tail = {vector.tail_mask(f'{extent} - {var}')};")
@@ -403,7 +516,7 @@ class _Emitter:
             target_element = self.element(buffer, target)
             combined = self.scalar_combine(op, target_element, vector.reduce(op, "acc"))
             self.line(f"{target_element} = {combined};")
-        if not vector.masked_tail and extent % lanes:
+        if not vector.masked_tail and partial_vector:
             self.line(f"for (; {var} < {extent}; ++{var}) {{")
             self.nested(axis, body)
             self.line("}")
@@ -425,6 +538,11 @@ _ARITH = frozenset({"add", "sub", "mul", "div", "max", "min"})
 # Vector accumulators of a horizontal reduction (sums may be reassociated, ARCHITECTURE §4):
 # an FMA's 4-cycle latency on one chain held a matrix-vector row at a quarter of the load rate.
 HORIZONTAL_CHAINS = 4
+
+
+def _tile_axes(tile: RegisterTile) -> list[Term]:
+    """The unrolled axes and the vector axis of a register tile, outermost first."""
+    return [*tile.unrolled, *([tile.vector_axis] if tile.vector_axis is not None else [])]
 
 
 def _reread_buffers(term: Term) -> set[str]:

@@ -64,6 +64,7 @@ PARALLEL_START = 20_000.0  # cycles to wake a thread team (~7 us after the first
 UNARY_CYCLES = {"exp": 10.0, "log": 10.0, "tanh": 14.0, "sigmoid": 12.0, "sqrt": 6.0}
 BINARY_CYCLES = {"div": 4.0}
 LOADS_PER_CYCLE, OPS_PER_CYCLE, STORES_PER_CYCLE = 2.0, 2.0, 1.0
+FMA_LATENCY = 4.0  # cycles from an FMA to the next one that reads its result
 # A horizontal reduction (`eqsat.core.loops.horizontal`, the emitter's own test) keeps its partial
 # results in vector registers: no load and store of the element per step; after the loop, the
 # partial results are reduced across lanes (log2(16) shuffle-and-add steps, ~3 cycles each) and
@@ -257,7 +258,7 @@ class LoopCost:
         assert isinstance(value, Term)
         tile_axes = [(a, axis_extent(a)) for a in tile.unrolled]
         if tile.vector_axis is not None:
-            tile_axes.append((tile.vector_axis, axis_extent(tile.vector_axis) // self.lanes))
+            tile_axes.append((tile.vector_axis, -(-axis_extent(tile.vector_axis) // self.lanes)))
         operand_loads = 0
         for load in loads_in(value):
             index = load.args[1]
@@ -265,7 +266,9 @@ class LoopCost:
             operand_loads += math.prod(n for a, n in tile_axes if depends_on(index, a))
         # the accumulate's add fuses with a product into one FMA
         step = max(
-            tile.count * max(1, _ops(value)) / OPS_PER_CYCLE, operand_loads / LOADS_PER_CYCLE
+            tile.count * max(1, _ops(value)) / OPS_PER_CYCLE,
+            operand_loads / LOADS_PER_CYCLE,
+            FMA_LATENCY,  # each accumulator's chain: one update per FMA latency at most
         ) + tile.count * _latency(value)
         trips = mean_trips(statement.args[0])  # type: ignore[arg-type]
         spill = tile.count * (1 / LOADS_PER_CYCLE + 1 / STORES_PER_CYCLE)

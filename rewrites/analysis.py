@@ -259,7 +259,7 @@ def _axes(
     yield rule(eq(a).to(Axis.named(n, e))).then(base_of(a, a), set_(extent(a)).to(e))
     yield rule(eq(a).to(Axis.inner(parent, t))).then(set_(extent(a)).to(t))
     yield rule(eq(a).to(Axis.outer(parent, t)), eq(e).to(extent(parent))).then(
-        set_(extent(a)).to(e / t)
+        set_(extent(a)).to((e + t - i64(1)) / t)  # ceil: a remainder tile counts
     )
     yield rule(top(s), eq(s).to(Stmt.seq(x, y))).then(top(x), top(y))
     yield rule(top(s), eq(s).to(Stmt.alloc(b, shape, x))).then(top(x))

@@ -201,9 +201,11 @@ def test_parallelize_fail_reduction_across_iterations() -> None:
     assert applies(parallel, rows)
 
 
-def test_split_fail_extent_not_a_multiple_of_the_tile() -> None:
+def test_split_fail_extent_not_larger_than_the_tile() -> None:
     store = Term("Stmt.store", ("out0", at(plain(axis("i", 6))), Term("Scalar.const", (1.0,))))
-    assert not applies(split_identity(4), loop(axis("i", 6), store))
+    assert not applies(split_identity(6), loop(axis("i", 6), store))
+    assert not applies(split_identity(8), loop(axis("i", 6), store))
+    assert applies(split_identity(4), loop(axis("i", 6), store))  # a tile of 4, then one of 2
     assert applies(split_identity(3), loop(axis("i", 6), store))
 
 

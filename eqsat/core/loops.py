@@ -15,6 +15,7 @@ VECTOR_UNARY = frozenset({"neg", "abs", "sqrt", "relu", "exp", "log", "tanh", "s
 # Accumulators a register tile may hold, per ISA: 32 zmm (16 ymm) registers, minus the ones
 # the operands of one step need.
 REGISTER_BUDGET = {"avx512": 24, "avx2": 12, "scalar": 8}
+MASKED_ISAS = frozenset({"avx512"})  # vector loads and stores of the first n lanes
 
 
 def base_axis(axis: Term) -> Term | None:
@@ -208,7 +209,9 @@ def _loop_parts(statement: Term) -> tuple[Term, str, Term]:
 def register_tile(axis: Term, body: Term, isa: str, lanes: int) -> RegisterTile | None:
     """The register tile of a serial loop over `axis` around `body`, or None when there is none.
 
-    `lanes` is the vector width for the kernel's dtype on `isa` (1 for scalar)."""
+    `lanes` is the vector width for the kernel's dtype on `isa` (1 for scalar). On an ISA with
+    masked loads and stores (MASKED_ISAS), the vector loop's last vector may be partial: its
+    accumulator is loaded and stored under a mask."""
     unrolled: list[Term] = []
     while body.op == "Stmt.loop" and _loop_parts(body)[1] == "LoopKind.unroll":
         inner_axis, _, body = _loop_parts(body)
@@ -219,13 +222,13 @@ def register_tile(axis: Term, body: Term, isa: str, lanes: int) -> RegisterTile 
         vector_axis, _, body = _loop_parts(body)
         extent = axis_extent(vector_axis)
         base = base_axis(vector_axis)
-        if isa == "scalar" or extent % lanes or base is None:
+        if isa == "scalar" or (extent % lanes and isa not in MASKED_ISAS) or base is None:
             return None
         target = body.args[1]
         assert isinstance(target, Term)
         if not vectorizable(vector_axis, body) or access_kind(target, vector_axis) != "contiguous":
             return None
-        vectors = extent // lanes
+        vectors = -(-extent // lanes)
     if body.op != "Stmt.accumulate" or not (unrolled or vector_axis):
         return None
     buffer, target, value = body.args[0], body.args[1], body.args[3]
