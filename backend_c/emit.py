@@ -235,7 +235,16 @@ class _Emitter:
             case "Stmt.alloc":
                 name, shape = _identifier(str(a[0])), tuple(a[1])  # type: ignore[arg-type]
                 self.shapes[name] = shape  # type: ignore[assignment]
-                size = -(-math.prod(shape) * (4 if self.dtype == "float32" else 8) // 64) * 64  # type: ignore
+                count = math.prod(shape)  # type: ignore[arg-type]
+                size = -(-count * (4 if self.dtype == "float32" else 8) // 64) * 64
+                if size <= STACK_TEMPORARY_BYTES:  # no allocator call per trip of a loop
+                    self.line("{")
+                    self.depth += 1
+                    self.line(f"{self.ctype} {name}[{count}] __attribute__((aligned(64)));")
+                    self.statement(a[2])  # type: ignore[arg-type]
+                    self.depth -= 1
+                    self.line("}")
+                    return
                 self.line(f"{self.ctype} *restrict {name} = aligned_alloc(64, {size});")
                 self.statement(a[2])  # type: ignore[arg-type]
                 self.line(f"free({name});")
@@ -535,6 +544,9 @@ class _Emitter:
 
 
 _ARITH = frozenset({"add", "sub", "mul", "div", "max", "min"})
+# Temporaries up to this size live on the stack (an OpenMP thread's stack is at least 2 MiB);
+# larger ones come from the heap.
+STACK_TEMPORARY_BYTES = 64 * 1024
 # Vector accumulators of a horizontal reduction (sums may be reassociated, ARCHITECTURE §4):
 # an FMA's 4-cycle latency on one chain held a matrix-vector row at a quarter of the load rate.
 HORIZONTAL_CHAINS = 4

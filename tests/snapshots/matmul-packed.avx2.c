@@ -32,46 +32,47 @@ void eqsat_kernel(const float *restrict in0, const float *restrict in1, float *r
     }
     for (int64_t k_o3 = 0; k_o3 < 2; ++k_o3) {
         for (int64_t i1_o16 = 0; i1_o16 < 2; ++i1_o16) {
-            float *restrict pk0 = aligned_alloc(64, 192);
-            for (int64_t k_i3 = 0; k_i3 < 3; ++k_i3) {
-                {
-                    int64_t i1_i16 = 0;
-                    for (; i1_i16 + 8 <= 16; i1_i16 += 8) {
-                        _mm256_storeu_ps(&pk0[k_i3 * 16 + i1_i16], _mm256_loadu_ps(&in1[(k_o3 * 3 + k_i3) * 32 + (i1_o16 * 16 + i1_i16)]));
+            {
+                float pk0[48] __attribute__((aligned(64)));
+                for (int64_t k_i3 = 0; k_i3 < 3; ++k_i3) {
+                    {
+                        int64_t i1_i16 = 0;
+                        for (; i1_i16 + 8 <= 16; i1_i16 += 8) {
+                            _mm256_storeu_ps(&pk0[k_i3 * 16 + i1_i16], _mm256_loadu_ps(&in1[(k_o3 * 3 + k_i3) * 32 + (i1_o16 * 16 + i1_i16)]));
+                        }
+                    }
+                }
+                for (int64_t i0_o4 = 0; i0_o4 < 2; ++i0_o4) {
+                    {
+                        __m256 acc0 = _mm256_loadu_ps(&out0[(i0_o4 * 4 + 0) * 32 + (i1_o16 * 16 + 0)]);
+                        __m256 acc1 = _mm256_loadu_ps(&out0[(i0_o4 * 4 + 0) * 32 + (i1_o16 * 16 + 8)]);
+                        __m256 acc2 = _mm256_loadu_ps(&out0[(i0_o4 * 4 + 1) * 32 + (i1_o16 * 16 + 0)]);
+                        __m256 acc3 = _mm256_loadu_ps(&out0[(i0_o4 * 4 + 1) * 32 + (i1_o16 * 16 + 8)]);
+                        __m256 acc4 = _mm256_loadu_ps(&out0[(i0_o4 * 4 + 2) * 32 + (i1_o16 * 16 + 0)]);
+                        __m256 acc5 = _mm256_loadu_ps(&out0[(i0_o4 * 4 + 2) * 32 + (i1_o16 * 16 + 8)]);
+                        __m256 acc6 = _mm256_loadu_ps(&out0[(i0_o4 * 4 + 3) * 32 + (i1_o16 * 16 + 0)]);
+                        __m256 acc7 = _mm256_loadu_ps(&out0[(i0_o4 * 4 + 3) * 32 + (i1_o16 * 16 + 8)]);
+                        for (int64_t k_i3 = 0; k_i3 < 3; ++k_i3) {
+                            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(in0[(i0_o4 * 4 + 0) * 6 + (k_o3 * 3 + k_i3)]), _mm256_loadu_ps(&pk0[k_i3 * 16 + 0]), acc0);
+                            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(in0[(i0_o4 * 4 + 0) * 6 + (k_o3 * 3 + k_i3)]), _mm256_loadu_ps(&pk0[k_i3 * 16 + 8]), acc1);
+                            acc2 = _mm256_fmadd_ps(_mm256_set1_ps(in0[(i0_o4 * 4 + 1) * 6 + (k_o3 * 3 + k_i3)]), _mm256_loadu_ps(&pk0[k_i3 * 16 + 0]), acc2);
+                            acc3 = _mm256_fmadd_ps(_mm256_set1_ps(in0[(i0_o4 * 4 + 1) * 6 + (k_o3 * 3 + k_i3)]), _mm256_loadu_ps(&pk0[k_i3 * 16 + 8]), acc3);
+                            acc4 = _mm256_fmadd_ps(_mm256_set1_ps(in0[(i0_o4 * 4 + 2) * 6 + (k_o3 * 3 + k_i3)]), _mm256_loadu_ps(&pk0[k_i3 * 16 + 0]), acc4);
+                            acc5 = _mm256_fmadd_ps(_mm256_set1_ps(in0[(i0_o4 * 4 + 2) * 6 + (k_o3 * 3 + k_i3)]), _mm256_loadu_ps(&pk0[k_i3 * 16 + 8]), acc5);
+                            acc6 = _mm256_fmadd_ps(_mm256_set1_ps(in0[(i0_o4 * 4 + 3) * 6 + (k_o3 * 3 + k_i3)]), _mm256_loadu_ps(&pk0[k_i3 * 16 + 0]), acc6);
+                            acc7 = _mm256_fmadd_ps(_mm256_set1_ps(in0[(i0_o4 * 4 + 3) * 6 + (k_o3 * 3 + k_i3)]), _mm256_loadu_ps(&pk0[k_i3 * 16 + 8]), acc7);
+                        }
+                        _mm256_storeu_ps(&out0[(i0_o4 * 4 + 0) * 32 + (i1_o16 * 16 + 0)], acc0);
+                        _mm256_storeu_ps(&out0[(i0_o4 * 4 + 0) * 32 + (i1_o16 * 16 + 8)], acc1);
+                        _mm256_storeu_ps(&out0[(i0_o4 * 4 + 1) * 32 + (i1_o16 * 16 + 0)], acc2);
+                        _mm256_storeu_ps(&out0[(i0_o4 * 4 + 1) * 32 + (i1_o16 * 16 + 8)], acc3);
+                        _mm256_storeu_ps(&out0[(i0_o4 * 4 + 2) * 32 + (i1_o16 * 16 + 0)], acc4);
+                        _mm256_storeu_ps(&out0[(i0_o4 * 4 + 2) * 32 + (i1_o16 * 16 + 8)], acc5);
+                        _mm256_storeu_ps(&out0[(i0_o4 * 4 + 3) * 32 + (i1_o16 * 16 + 0)], acc6);
+                        _mm256_storeu_ps(&out0[(i0_o4 * 4 + 3) * 32 + (i1_o16 * 16 + 8)], acc7);
                     }
                 }
             }
-            for (int64_t i0_o4 = 0; i0_o4 < 2; ++i0_o4) {
-                {
-                    __m256 acc0 = _mm256_loadu_ps(&out0[(i0_o4 * 4 + 0) * 32 + (i1_o16 * 16 + 0)]);
-                    __m256 acc1 = _mm256_loadu_ps(&out0[(i0_o4 * 4 + 0) * 32 + (i1_o16 * 16 + 8)]);
-                    __m256 acc2 = _mm256_loadu_ps(&out0[(i0_o4 * 4 + 1) * 32 + (i1_o16 * 16 + 0)]);
-                    __m256 acc3 = _mm256_loadu_ps(&out0[(i0_o4 * 4 + 1) * 32 + (i1_o16 * 16 + 8)]);
-                    __m256 acc4 = _mm256_loadu_ps(&out0[(i0_o4 * 4 + 2) * 32 + (i1_o16 * 16 + 0)]);
-                    __m256 acc5 = _mm256_loadu_ps(&out0[(i0_o4 * 4 + 2) * 32 + (i1_o16 * 16 + 8)]);
-                    __m256 acc6 = _mm256_loadu_ps(&out0[(i0_o4 * 4 + 3) * 32 + (i1_o16 * 16 + 0)]);
-                    __m256 acc7 = _mm256_loadu_ps(&out0[(i0_o4 * 4 + 3) * 32 + (i1_o16 * 16 + 8)]);
-                    for (int64_t k_i3 = 0; k_i3 < 3; ++k_i3) {
-                        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(in0[(i0_o4 * 4 + 0) * 6 + (k_o3 * 3 + k_i3)]), _mm256_loadu_ps(&pk0[k_i3 * 16 + 0]), acc0);
-                        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(in0[(i0_o4 * 4 + 0) * 6 + (k_o3 * 3 + k_i3)]), _mm256_loadu_ps(&pk0[k_i3 * 16 + 8]), acc1);
-                        acc2 = _mm256_fmadd_ps(_mm256_set1_ps(in0[(i0_o4 * 4 + 1) * 6 + (k_o3 * 3 + k_i3)]), _mm256_loadu_ps(&pk0[k_i3 * 16 + 0]), acc2);
-                        acc3 = _mm256_fmadd_ps(_mm256_set1_ps(in0[(i0_o4 * 4 + 1) * 6 + (k_o3 * 3 + k_i3)]), _mm256_loadu_ps(&pk0[k_i3 * 16 + 8]), acc3);
-                        acc4 = _mm256_fmadd_ps(_mm256_set1_ps(in0[(i0_o4 * 4 + 2) * 6 + (k_o3 * 3 + k_i3)]), _mm256_loadu_ps(&pk0[k_i3 * 16 + 0]), acc4);
-                        acc5 = _mm256_fmadd_ps(_mm256_set1_ps(in0[(i0_o4 * 4 + 2) * 6 + (k_o3 * 3 + k_i3)]), _mm256_loadu_ps(&pk0[k_i3 * 16 + 8]), acc5);
-                        acc6 = _mm256_fmadd_ps(_mm256_set1_ps(in0[(i0_o4 * 4 + 3) * 6 + (k_o3 * 3 + k_i3)]), _mm256_loadu_ps(&pk0[k_i3 * 16 + 0]), acc6);
-                        acc7 = _mm256_fmadd_ps(_mm256_set1_ps(in0[(i0_o4 * 4 + 3) * 6 + (k_o3 * 3 + k_i3)]), _mm256_loadu_ps(&pk0[k_i3 * 16 + 8]), acc7);
-                    }
-                    _mm256_storeu_ps(&out0[(i0_o4 * 4 + 0) * 32 + (i1_o16 * 16 + 0)], acc0);
-                    _mm256_storeu_ps(&out0[(i0_o4 * 4 + 0) * 32 + (i1_o16 * 16 + 8)], acc1);
-                    _mm256_storeu_ps(&out0[(i0_o4 * 4 + 1) * 32 + (i1_o16 * 16 + 0)], acc2);
-                    _mm256_storeu_ps(&out0[(i0_o4 * 4 + 1) * 32 + (i1_o16 * 16 + 8)], acc3);
-                    _mm256_storeu_ps(&out0[(i0_o4 * 4 + 2) * 32 + (i1_o16 * 16 + 0)], acc4);
-                    _mm256_storeu_ps(&out0[(i0_o4 * 4 + 2) * 32 + (i1_o16 * 16 + 8)], acc5);
-                    _mm256_storeu_ps(&out0[(i0_o4 * 4 + 3) * 32 + (i1_o16 * 16 + 0)], acc6);
-                    _mm256_storeu_ps(&out0[(i0_o4 * 4 + 3) * 32 + (i1_o16 * 16 + 8)], acc7);
-                }
-            }
-            free(pk0);
         }
     }
 }

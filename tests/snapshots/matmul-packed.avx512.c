@@ -32,34 +32,35 @@ void eqsat_kernel(const float *restrict in0, const float *restrict in1, float *r
     }
     for (int64_t k_o3 = 0; k_o3 < 2; ++k_o3) {
         for (int64_t i1_o16 = 0; i1_o16 < 2; ++i1_o16) {
-            float *restrict pk0 = aligned_alloc(64, 192);
-            for (int64_t k_i3 = 0; k_i3 < 3; ++k_i3) {
-                {
-                    int64_t i1_i16 = 0;
-                    for (; i1_i16 + 16 <= 16; i1_i16 += 16) {
-                        _mm512_storeu_ps(&pk0[k_i3 * 16 + i1_i16], _mm512_loadu_ps(&in1[(k_o3 * 3 + k_i3) * 32 + (i1_o16 * 16 + i1_i16)]));
+            {
+                float pk0[48] __attribute__((aligned(64)));
+                for (int64_t k_i3 = 0; k_i3 < 3; ++k_i3) {
+                    {
+                        int64_t i1_i16 = 0;
+                        for (; i1_i16 + 16 <= 16; i1_i16 += 16) {
+                            _mm512_storeu_ps(&pk0[k_i3 * 16 + i1_i16], _mm512_loadu_ps(&in1[(k_o3 * 3 + k_i3) * 32 + (i1_o16 * 16 + i1_i16)]));
+                        }
+                    }
+                }
+                for (int64_t i0_o4 = 0; i0_o4 < 2; ++i0_o4) {
+                    {
+                        __m512 acc0 = _mm512_loadu_ps(&out0[(i0_o4 * 4 + 0) * 32 + (i1_o16 * 16 + 0)]);
+                        __m512 acc1 = _mm512_loadu_ps(&out0[(i0_o4 * 4 + 1) * 32 + (i1_o16 * 16 + 0)]);
+                        __m512 acc2 = _mm512_loadu_ps(&out0[(i0_o4 * 4 + 2) * 32 + (i1_o16 * 16 + 0)]);
+                        __m512 acc3 = _mm512_loadu_ps(&out0[(i0_o4 * 4 + 3) * 32 + (i1_o16 * 16 + 0)]);
+                        for (int64_t k_i3 = 0; k_i3 < 3; ++k_i3) {
+                            acc0 = _mm512_fmadd_ps(_mm512_set1_ps(in0[(i0_o4 * 4 + 0) * 6 + (k_o3 * 3 + k_i3)]), _mm512_loadu_ps(&pk0[k_i3 * 16 + 0]), acc0);
+                            acc1 = _mm512_fmadd_ps(_mm512_set1_ps(in0[(i0_o4 * 4 + 1) * 6 + (k_o3 * 3 + k_i3)]), _mm512_loadu_ps(&pk0[k_i3 * 16 + 0]), acc1);
+                            acc2 = _mm512_fmadd_ps(_mm512_set1_ps(in0[(i0_o4 * 4 + 2) * 6 + (k_o3 * 3 + k_i3)]), _mm512_loadu_ps(&pk0[k_i3 * 16 + 0]), acc2);
+                            acc3 = _mm512_fmadd_ps(_mm512_set1_ps(in0[(i0_o4 * 4 + 3) * 6 + (k_o3 * 3 + k_i3)]), _mm512_loadu_ps(&pk0[k_i3 * 16 + 0]), acc3);
+                        }
+                        _mm512_storeu_ps(&out0[(i0_o4 * 4 + 0) * 32 + (i1_o16 * 16 + 0)], acc0);
+                        _mm512_storeu_ps(&out0[(i0_o4 * 4 + 1) * 32 + (i1_o16 * 16 + 0)], acc1);
+                        _mm512_storeu_ps(&out0[(i0_o4 * 4 + 2) * 32 + (i1_o16 * 16 + 0)], acc2);
+                        _mm512_storeu_ps(&out0[(i0_o4 * 4 + 3) * 32 + (i1_o16 * 16 + 0)], acc3);
                     }
                 }
             }
-            for (int64_t i0_o4 = 0; i0_o4 < 2; ++i0_o4) {
-                {
-                    __m512 acc0 = _mm512_loadu_ps(&out0[(i0_o4 * 4 + 0) * 32 + (i1_o16 * 16 + 0)]);
-                    __m512 acc1 = _mm512_loadu_ps(&out0[(i0_o4 * 4 + 1) * 32 + (i1_o16 * 16 + 0)]);
-                    __m512 acc2 = _mm512_loadu_ps(&out0[(i0_o4 * 4 + 2) * 32 + (i1_o16 * 16 + 0)]);
-                    __m512 acc3 = _mm512_loadu_ps(&out0[(i0_o4 * 4 + 3) * 32 + (i1_o16 * 16 + 0)]);
-                    for (int64_t k_i3 = 0; k_i3 < 3; ++k_i3) {
-                        acc0 = _mm512_fmadd_ps(_mm512_set1_ps(in0[(i0_o4 * 4 + 0) * 6 + (k_o3 * 3 + k_i3)]), _mm512_loadu_ps(&pk0[k_i3 * 16 + 0]), acc0);
-                        acc1 = _mm512_fmadd_ps(_mm512_set1_ps(in0[(i0_o4 * 4 + 1) * 6 + (k_o3 * 3 + k_i3)]), _mm512_loadu_ps(&pk0[k_i3 * 16 + 0]), acc1);
-                        acc2 = _mm512_fmadd_ps(_mm512_set1_ps(in0[(i0_o4 * 4 + 2) * 6 + (k_o3 * 3 + k_i3)]), _mm512_loadu_ps(&pk0[k_i3 * 16 + 0]), acc2);
-                        acc3 = _mm512_fmadd_ps(_mm512_set1_ps(in0[(i0_o4 * 4 + 3) * 6 + (k_o3 * 3 + k_i3)]), _mm512_loadu_ps(&pk0[k_i3 * 16 + 0]), acc3);
-                    }
-                    _mm512_storeu_ps(&out0[(i0_o4 * 4 + 0) * 32 + (i1_o16 * 16 + 0)], acc0);
-                    _mm512_storeu_ps(&out0[(i0_o4 * 4 + 1) * 32 + (i1_o16 * 16 + 0)], acc1);
-                    _mm512_storeu_ps(&out0[(i0_o4 * 4 + 2) * 32 + (i1_o16 * 16 + 0)], acc2);
-                    _mm512_storeu_ps(&out0[(i0_o4 * 4 + 3) * 32 + (i1_o16 * 16 + 0)], acc3);
-                }
-            }
-            free(pk0);
         }
     }
 }

@@ -11,23 +11,24 @@ void eqsat_kernel(const float *restrict in0, const float *restrict in1, float *r
     }
     for (int64_t k_o3 = 0; k_o3 < 2; ++k_o3) {
         for (int64_t i1_o16 = 0; i1_o16 < 2; ++i1_o16) {
-            float *restrict pk0 = aligned_alloc(64, 192);
-            for (int64_t k_i3 = 0; k_i3 < 3; ++k_i3) {
-                for (int64_t i1_i16 = 0; i1_i16 < 16; ++i1_i16) {
-                    pk0[k_i3 * 16 + i1_i16] = in1[(k_o3 * 3 + k_i3) * 32 + (i1_o16 * 16 + i1_i16)];
-                }
-            }
-            for (int64_t i0_o4 = 0; i0_o4 < 2; ++i0_o4) {
+            {
+                float pk0[48] __attribute__((aligned(64)));
                 for (int64_t k_i3 = 0; k_i3 < 3; ++k_i3) {
-                    #pragma GCC unroll 4
-                    for (int64_t i0_i4 = 0; i0_i4 < 4; ++i0_i4) {
-                        for (int64_t i1_i16 = 0; i1_i16 < 16; ++i1_i16) {
-                            out0[(i0_o4 * 4 + i0_i4) * 32 + (i1_o16 * 16 + i1_i16)] += (in0[(i0_o4 * 4 + i0_i4) * 6 + (k_o3 * 3 + k_i3)] * pk0[k_i3 * 16 + i1_i16]);
+                    for (int64_t i1_i16 = 0; i1_i16 < 16; ++i1_i16) {
+                        pk0[k_i3 * 16 + i1_i16] = in1[(k_o3 * 3 + k_i3) * 32 + (i1_o16 * 16 + i1_i16)];
+                    }
+                }
+                for (int64_t i0_o4 = 0; i0_o4 < 2; ++i0_o4) {
+                    for (int64_t k_i3 = 0; k_i3 < 3; ++k_i3) {
+                        #pragma GCC unroll 4
+                        for (int64_t i0_i4 = 0; i0_i4 < 4; ++i0_i4) {
+                            for (int64_t i1_i16 = 0; i1_i16 < 16; ++i1_i16) {
+                                out0[(i0_o4 * 4 + i0_i4) * 32 + (i1_o16 * 16 + i1_i16)] += (in0[(i0_o4 * 4 + i0_i4) * 6 + (k_o3 * 3 + k_i3)] * pk0[k_i3 * 16 + i1_i16]);
+                            }
                         }
                     }
                 }
             }
-            free(pk0);
         }
     }
 }

@@ -149,70 +149,73 @@ static inline eqv_f eq_vsigmoid(eqv_f x) {
 
 
 void eqsat_kernel(const float *restrict in0, float *restrict out0) {
-    float *restrict t0 = aligned_alloc(64, 640);
-    float *restrict t1 = aligned_alloc(64, 64);
-    float *restrict t2 = aligned_alloc(64, 64);
     {
-        int64_t i0 = 0;
-        for (; i0 + 8 <= 8; i0 += 8) {
-            _mm256_storeu_ps(&t1[i0], _mm256_set1_ps((-INFINITY)));
-        }
-    }
-    for (int64_t i0 = 0; i0 < 8; ++i0) {
+        float t0[160] __attribute__((aligned(64)));
         {
-            int64_t r1 = 0;
-            __m256 acc = _mm256_set1_ps((-INFINITY));
-            for (; r1 + 8 <= 20; r1 += 8) {
-                acc = _mm256_max_ps(acc, _mm256_loadu_ps(&in0[i0 * 20 + r1]));
-            }
-            t1[i0] = fmaxf(t1[i0], eq_hreduce_max(acc));
-            for (; r1 < 20; ++r1) {
-                t1[i0] = fmaxf(t1[i0], in0[i0 * 20 + r1]);
+            float t1[8] __attribute__((aligned(64)));
+            {
+                float t2[8] __attribute__((aligned(64)));
+                {
+                    int64_t i0 = 0;
+                    for (; i0 + 8 <= 8; i0 += 8) {
+                        _mm256_storeu_ps(&t1[i0], _mm256_set1_ps((-INFINITY)));
+                    }
+                }
+                for (int64_t i0 = 0; i0 < 8; ++i0) {
+                    {
+                        int64_t r1 = 0;
+                        __m256 acc = _mm256_set1_ps((-INFINITY));
+                        for (; r1 + 8 <= 20; r1 += 8) {
+                            acc = _mm256_max_ps(acc, _mm256_loadu_ps(&in0[i0 * 20 + r1]));
+                        }
+                        t1[i0] = fmaxf(t1[i0], eq_hreduce_max(acc));
+                        for (; r1 < 20; ++r1) {
+                            t1[i0] = fmaxf(t1[i0], in0[i0 * 20 + r1]);
+                        }
+                    }
+                }
+                for (int64_t i0 = 0; i0 < 8; ++i0) {
+                    {
+                        int64_t i1 = 0;
+                        for (; i1 + 8 <= 20; i1 += 8) {
+                            _mm256_storeu_ps(&t0[i0 * 20 + i1], eq_vexp(_mm256_sub_ps(_mm256_loadu_ps(&in0[i0 * 20 + i1]), _mm256_set1_ps(t1[i0]))));
+                        }
+                        for (; i1 < 20; ++i1) {
+                            t0[i0 * 20 + i1] = expf((in0[i0 * 20 + i1] - t1[i0]));
+                        }
+                    }
+                }
+                {
+                    int64_t i0 = 0;
+                    for (; i0 + 8 <= 8; i0 += 8) {
+                        _mm256_storeu_ps(&t2[i0], _mm256_set1_ps(0.0f));
+                    }
+                }
+                for (int64_t i0 = 0; i0 < 8; ++i0) {
+                    {
+                        int64_t r1 = 0;
+                        __m256 acc = _mm256_set1_ps(0.0f);
+                        for (; r1 + 8 <= 20; r1 += 8) {
+                            acc = _mm256_add_ps(acc, _mm256_loadu_ps(&t0[i0 * 20 + r1]));
+                        }
+                        t2[i0] = t2[i0] + eq_hreduce_sum(acc);
+                        for (; r1 < 20; ++r1) {
+                            t2[i0] += t0[i0 * 20 + r1];
+                        }
+                    }
+                }
+                for (int64_t i0 = 0; i0 < 8; ++i0) {
+                    {
+                        int64_t i1 = 0;
+                        for (; i1 + 8 <= 20; i1 += 8) {
+                            _mm256_storeu_ps(&out0[i0 * 20 + i1], _mm256_div_ps(_mm256_loadu_ps(&t0[i0 * 20 + i1]), _mm256_set1_ps(t2[i0])));
+                        }
+                        for (; i1 < 20; ++i1) {
+                            out0[i0 * 20 + i1] = (t0[i0 * 20 + i1] / t2[i0]);
+                        }
+                    }
+                }
             }
         }
     }
-    for (int64_t i0 = 0; i0 < 8; ++i0) {
-        {
-            int64_t i1 = 0;
-            for (; i1 + 8 <= 20; i1 += 8) {
-                _mm256_storeu_ps(&t0[i0 * 20 + i1], eq_vexp(_mm256_sub_ps(_mm256_loadu_ps(&in0[i0 * 20 + i1]), _mm256_set1_ps(t1[i0]))));
-            }
-            for (; i1 < 20; ++i1) {
-                t0[i0 * 20 + i1] = expf((in0[i0 * 20 + i1] - t1[i0]));
-            }
-        }
-    }
-    {
-        int64_t i0 = 0;
-        for (; i0 + 8 <= 8; i0 += 8) {
-            _mm256_storeu_ps(&t2[i0], _mm256_set1_ps(0.0f));
-        }
-    }
-    for (int64_t i0 = 0; i0 < 8; ++i0) {
-        {
-            int64_t r1 = 0;
-            __m256 acc = _mm256_set1_ps(0.0f);
-            for (; r1 + 8 <= 20; r1 += 8) {
-                acc = _mm256_add_ps(acc, _mm256_loadu_ps(&t0[i0 * 20 + r1]));
-            }
-            t2[i0] = t2[i0] + eq_hreduce_sum(acc);
-            for (; r1 < 20; ++r1) {
-                t2[i0] += t0[i0 * 20 + r1];
-            }
-        }
-    }
-    for (int64_t i0 = 0; i0 < 8; ++i0) {
-        {
-            int64_t i1 = 0;
-            for (; i1 + 8 <= 20; i1 += 8) {
-                _mm256_storeu_ps(&out0[i0 * 20 + i1], _mm256_div_ps(_mm256_loadu_ps(&t0[i0 * 20 + i1]), _mm256_set1_ps(t2[i0])));
-            }
-            for (; i1 < 20; ++i1) {
-                out0[i0 * 20 + i1] = (t0[i0 * 20 + i1] / t2[i0]);
-            }
-        }
-    }
-    free(t2);
-    free(t1);
-    free(t0);
 }

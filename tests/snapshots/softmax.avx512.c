@@ -149,82 +149,85 @@ static inline eqv_f eq_vsigmoid(eqv_f x) {
 
 
 void eqsat_kernel(const float *restrict in0, float *restrict out0) {
-    float *restrict t0 = aligned_alloc(64, 640);
-    float *restrict t1 = aligned_alloc(64, 64);
-    float *restrict t2 = aligned_alloc(64, 64);
     {
-        int64_t i0 = 0;
-        for (; i0 + 16 <= 8; i0 += 16) {
-            _mm512_storeu_ps(&t1[i0], _mm512_set1_ps((-INFINITY)));
-        }
-        if (i0 < 8) {
-            __mmask16 tail = ((__mmask16)((1u << (8 - i0)) - 1u));
-            _mm512_mask_storeu_ps(&t1[i0], tail, _mm512_set1_ps((-INFINITY)));
-        }
-    }
-    for (int64_t i0 = 0; i0 < 8; ++i0) {
+        float t0[160] __attribute__((aligned(64)));
         {
-            int64_t r1 = 0;
-            __m512 acc = _mm512_set1_ps((-INFINITY));
-            for (; r1 + 16 <= 20; r1 += 16) {
-                acc = _mm512_max_ps(acc, _mm512_loadu_ps(&in0[i0 * 20 + r1]));
+            float t1[8] __attribute__((aligned(64)));
+            {
+                float t2[8] __attribute__((aligned(64)));
+                {
+                    int64_t i0 = 0;
+                    for (; i0 + 16 <= 8; i0 += 16) {
+                        _mm512_storeu_ps(&t1[i0], _mm512_set1_ps((-INFINITY)));
+                    }
+                    if (i0 < 8) {
+                        __mmask16 tail = ((__mmask16)((1u << (8 - i0)) - 1u));
+                        _mm512_mask_storeu_ps(&t1[i0], tail, _mm512_set1_ps((-INFINITY)));
+                    }
+                }
+                for (int64_t i0 = 0; i0 < 8; ++i0) {
+                    {
+                        int64_t r1 = 0;
+                        __m512 acc = _mm512_set1_ps((-INFINITY));
+                        for (; r1 + 16 <= 20; r1 += 16) {
+                            acc = _mm512_max_ps(acc, _mm512_loadu_ps(&in0[i0 * 20 + r1]));
+                        }
+                        if (r1 < 20) {
+                            __mmask16 tail = ((__mmask16)((1u << (20 - r1)) - 1u));
+                            acc = _mm512_mask_max_ps(acc, tail, acc, _mm512_maskz_loadu_ps(tail, &in0[i0 * 20 + r1]));
+                        }
+                        t1[i0] = fmaxf(t1[i0], eq_hreduce_max(acc));
+                    }
+                }
+                for (int64_t i0 = 0; i0 < 8; ++i0) {
+                    {
+                        int64_t i1 = 0;
+                        for (; i1 + 16 <= 20; i1 += 16) {
+                            _mm512_storeu_ps(&t0[i0 * 20 + i1], eq_vexp(_mm512_sub_ps(_mm512_loadu_ps(&in0[i0 * 20 + i1]), _mm512_set1_ps(t1[i0]))));
+                        }
+                        if (i1 < 20) {
+                            __mmask16 tail = ((__mmask16)((1u << (20 - i1)) - 1u));
+                            _mm512_mask_storeu_ps(&t0[i0 * 20 + i1], tail, eq_vexp(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, &in0[i0 * 20 + i1]), _mm512_set1_ps(t1[i0]))));
+                        }
+                    }
+                }
+                {
+                    int64_t i0 = 0;
+                    for (; i0 + 16 <= 8; i0 += 16) {
+                        _mm512_storeu_ps(&t2[i0], _mm512_set1_ps(0.0f));
+                    }
+                    if (i0 < 8) {
+                        __mmask16 tail = ((__mmask16)((1u << (8 - i0)) - 1u));
+                        _mm512_mask_storeu_ps(&t2[i0], tail, _mm512_set1_ps(0.0f));
+                    }
+                }
+                for (int64_t i0 = 0; i0 < 8; ++i0) {
+                    {
+                        int64_t r1 = 0;
+                        __m512 acc = _mm512_set1_ps(0.0f);
+                        for (; r1 + 16 <= 20; r1 += 16) {
+                            acc = _mm512_add_ps(acc, _mm512_loadu_ps(&t0[i0 * 20 + r1]));
+                        }
+                        if (r1 < 20) {
+                            __mmask16 tail = ((__mmask16)((1u << (20 - r1)) - 1u));
+                            acc = _mm512_mask_add_ps(acc, tail, acc, _mm512_maskz_loadu_ps(tail, &t0[i0 * 20 + r1]));
+                        }
+                        t2[i0] = t2[i0] + eq_hreduce_sum(acc);
+                    }
+                }
+                for (int64_t i0 = 0; i0 < 8; ++i0) {
+                    {
+                        int64_t i1 = 0;
+                        for (; i1 + 16 <= 20; i1 += 16) {
+                            _mm512_storeu_ps(&out0[i0 * 20 + i1], _mm512_div_ps(_mm512_loadu_ps(&t0[i0 * 20 + i1]), _mm512_set1_ps(t2[i0])));
+                        }
+                        if (i1 < 20) {
+                            __mmask16 tail = ((__mmask16)((1u << (20 - i1)) - 1u));
+                            _mm512_mask_storeu_ps(&out0[i0 * 20 + i1], tail, _mm512_div_ps(_mm512_maskz_loadu_ps(tail, &t0[i0 * 20 + i1]), _mm512_set1_ps(t2[i0])));
+                        }
+                    }
+                }
             }
-            if (r1 < 20) {
-                __mmask16 tail = ((__mmask16)((1u << (20 - r1)) - 1u));
-                acc = _mm512_mask_max_ps(acc, tail, acc, _mm512_maskz_loadu_ps(tail, &in0[i0 * 20 + r1]));
-            }
-            t1[i0] = fmaxf(t1[i0], eq_hreduce_max(acc));
         }
     }
-    for (int64_t i0 = 0; i0 < 8; ++i0) {
-        {
-            int64_t i1 = 0;
-            for (; i1 + 16 <= 20; i1 += 16) {
-                _mm512_storeu_ps(&t0[i0 * 20 + i1], eq_vexp(_mm512_sub_ps(_mm512_loadu_ps(&in0[i0 * 20 + i1]), _mm512_set1_ps(t1[i0]))));
-            }
-            if (i1 < 20) {
-                __mmask16 tail = ((__mmask16)((1u << (20 - i1)) - 1u));
-                _mm512_mask_storeu_ps(&t0[i0 * 20 + i1], tail, eq_vexp(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, &in0[i0 * 20 + i1]), _mm512_set1_ps(t1[i0]))));
-            }
-        }
-    }
-    {
-        int64_t i0 = 0;
-        for (; i0 + 16 <= 8; i0 += 16) {
-            _mm512_storeu_ps(&t2[i0], _mm512_set1_ps(0.0f));
-        }
-        if (i0 < 8) {
-            __mmask16 tail = ((__mmask16)((1u << (8 - i0)) - 1u));
-            _mm512_mask_storeu_ps(&t2[i0], tail, _mm512_set1_ps(0.0f));
-        }
-    }
-    for (int64_t i0 = 0; i0 < 8; ++i0) {
-        {
-            int64_t r1 = 0;
-            __m512 acc = _mm512_set1_ps(0.0f);
-            for (; r1 + 16 <= 20; r1 += 16) {
-                acc = _mm512_add_ps(acc, _mm512_loadu_ps(&t0[i0 * 20 + r1]));
-            }
-            if (r1 < 20) {
-                __mmask16 tail = ((__mmask16)((1u << (20 - r1)) - 1u));
-                acc = _mm512_mask_add_ps(acc, tail, acc, _mm512_maskz_loadu_ps(tail, &t0[i0 * 20 + r1]));
-            }
-            t2[i0] = t2[i0] + eq_hreduce_sum(acc);
-        }
-    }
-    for (int64_t i0 = 0; i0 < 8; ++i0) {
-        {
-            int64_t i1 = 0;
-            for (; i1 + 16 <= 20; i1 += 16) {
-                _mm512_storeu_ps(&out0[i0 * 20 + i1], _mm512_div_ps(_mm512_loadu_ps(&t0[i0 * 20 + i1]), _mm512_set1_ps(t2[i0])));
-            }
-            if (i1 < 20) {
-                __mmask16 tail = ((__mmask16)((1u << (20 - i1)) - 1u));
-                _mm512_mask_storeu_ps(&out0[i0 * 20 + i1], tail, _mm512_div_ps(_mm512_maskz_loadu_ps(tail, &t0[i0 * 20 + i1]), _mm512_set1_ps(t2[i0])));
-            }
-        }
-    }
-    free(t2);
-    free(t1);
-    free(t0);
 }

@@ -4,36 +4,39 @@
 #include <stdlib.h>
 
 void eqsat_kernel(const float *restrict in0, float *restrict out0) {
-    float *restrict t0 = aligned_alloc(64, 640);
-    float *restrict t1 = aligned_alloc(64, 64);
-    float *restrict t2 = aligned_alloc(64, 64);
-    for (int64_t i0 = 0; i0 < 8; ++i0) {
-        t1[i0] = (-INFINITY);
-    }
-    for (int64_t i0 = 0; i0 < 8; ++i0) {
-        for (int64_t r1 = 0; r1 < 20; ++r1) {
-            t1[i0] = fmaxf(t1[i0], in0[i0 * 20 + r1]);
+    {
+        float t0[160] __attribute__((aligned(64)));
+        {
+            float t1[8] __attribute__((aligned(64)));
+            {
+                float t2[8] __attribute__((aligned(64)));
+                for (int64_t i0 = 0; i0 < 8; ++i0) {
+                    t1[i0] = (-INFINITY);
+                }
+                for (int64_t i0 = 0; i0 < 8; ++i0) {
+                    for (int64_t r1 = 0; r1 < 20; ++r1) {
+                        t1[i0] = fmaxf(t1[i0], in0[i0 * 20 + r1]);
+                    }
+                }
+                for (int64_t i0 = 0; i0 < 8; ++i0) {
+                    for (int64_t i1 = 0; i1 < 20; ++i1) {
+                        t0[i0 * 20 + i1] = expf((in0[i0 * 20 + i1] - t1[i0]));
+                    }
+                }
+                for (int64_t i0 = 0; i0 < 8; ++i0) {
+                    t2[i0] = 0.0f;
+                }
+                for (int64_t i0 = 0; i0 < 8; ++i0) {
+                    for (int64_t r1 = 0; r1 < 20; ++r1) {
+                        t2[i0] += t0[i0 * 20 + r1];
+                    }
+                }
+                for (int64_t i0 = 0; i0 < 8; ++i0) {
+                    for (int64_t i1 = 0; i1 < 20; ++i1) {
+                        out0[i0 * 20 + i1] = (t0[i0 * 20 + i1] / t2[i0]);
+                    }
+                }
+            }
         }
     }
-    for (int64_t i0 = 0; i0 < 8; ++i0) {
-        for (int64_t i1 = 0; i1 < 20; ++i1) {
-            t0[i0 * 20 + i1] = expf((in0[i0 * 20 + i1] - t1[i0]));
-        }
-    }
-    for (int64_t i0 = 0; i0 < 8; ++i0) {
-        t2[i0] = 0.0f;
-    }
-    for (int64_t i0 = 0; i0 < 8; ++i0) {
-        for (int64_t r1 = 0; r1 < 20; ++r1) {
-            t2[i0] += t0[i0 * 20 + r1];
-        }
-    }
-    for (int64_t i0 = 0; i0 < 8; ++i0) {
-        for (int64_t i1 = 0; i1 < 20; ++i1) {
-            out0[i0 * 20 + i1] = (t0[i0 * 20 + i1] / t2[i0]);
-        }
-    }
-    free(t2);
-    free(t1);
-    free(t0);
 }
