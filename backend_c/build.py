@@ -32,8 +32,8 @@ from eqsat.extract.machine import cpu_flags
 CODEGEN_VERSION = 3
 
 # -fno-tree-vectorize: the schedule is what runs. The e-graph chooses which loops are Vector
-# loops; gcc vectorizing others behind the cost model's back made two nests of one predicted
-# cost run 7x apart, and the model cannot rank what it does not see.
+# loops; gcc vectorizing others behind the cost model's back made nests of one predicted cost
+# run far apart (docs/MEASUREMENTS.md), and the model cannot rank what it does not see.
 BASE_FLAGS = (
     "-O3", "-std=c11", "-fPIC", "-shared", "-fno-math-errno", "-fno-tree-vectorize", "-fopenmp"
 )
@@ -168,9 +168,10 @@ def _load_entry(ffi: cffi.FFI, so_path: Path) -> Library | None:
 
 def _dlopen(ffi: cffi.FFI, so_path: Path) -> Any:
     """`ffi.dlopen(so_path)`, with the OpenMP environment set first (see below)."""
-    # OpenMP threads that wait by spinning lose whole scheduler ticks (4 ms) on a shared machine
-    # when another process holds a core: every parallel kernel then took 8-16 ms, whatever its
-    # size. Set before libgomp loads with the first kernel; a value the user set is kept.
+    # OpenMP threads that wait by spinning lose whole scheduler ticks on a shared machine when
+    # another process holds a core, so every parallel kernel then took milliseconds, whatever its
+    # size (docs/MEASUREMENTS.md). Set before libgomp loads with the first kernel; a value the
+    # user set is kept.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     return ffi.dlopen(str(so_path))
 

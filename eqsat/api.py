@@ -42,7 +42,7 @@ from eqsat.view.egraph_view import EGraphPicture, draw_egraph
 SYMBOL = "eqsat_kernel"
 # Candidates kept per e-class by the stage-2 extractor: the roofline cost is not a sum, so the
 # cheapest child alone is not always part of the cheapest parent. Pricing grows with
-# candidates^children, so large e-graphs keep one (attention: 25k e-nodes, 2.5 s at one, 10 s at 4).
+# candidates^children, so large e-graphs keep one (docs/MEASUREMENTS.md: attention's times).
 CANDIDATES_PER_CLASS = 4
 # Algebraic forms handed to stage 2 (one output only); a form estimated at more than
 # ALGEBRA_SLACK times the cheapest one's flops + bytes is not scheduled.

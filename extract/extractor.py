@@ -1,10 +1,10 @@
 """Deterministic bottom-up extraction over egglog's e-graph.
 
-egglog's Python `cost_model=` callback is ~100x slower than reading the e-graph once and choosing
-in Python. The graph is read from egglog's tables, as its JSON serialization has it (`_read`);
-only term constructors are kept: analysis functions that egglog stores in the same e-classes are
-skipped. A node's cost is a function of its op and its children's chosen terms and costs
-(`NodeCost`).
+egglog's Python `cost_model=` callback is far slower than reading the e-graph once and choosing in
+Python (docs/MEASUREMENTS.md). The graph is read from egglog's tables, as its JSON serialization has
+it (`_read`); only term constructors are kept: analysis functions that egglog stores in the same
+e-classes are skipped. A node's cost is a function of its op and its children's chosen terms and
+costs (`NodeCost`).
 
 `SerializedGraph.extract_top` is a worklist over e-classes in serialization order: each keeps
 its `n` cheapest candidates, ties broken by node id, then by the order they were found, so the
@@ -327,7 +327,7 @@ class _Worklist:
 def _collector_paused() -> Iterator[None]:
     """Python's cycle collector off for the block. Extraction makes millions of small acyclic
     objects (terms, candidates, estimates), and each of the collector's passes would walk all
-    of them again: with it on, extraction takes ~1.5-3x as long."""
+    of them again: with it on, extraction takes markedly longer (docs/MEASUREMENTS.md)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -350,15 +350,15 @@ _CONTAINERS = ("egglog.builtins.Vec[", "egglog.builtins.Set[")
 def _read(egraph: EGraph) -> tuple[dict[str, list[_Node]], dict[str, str]]:
     """The constructor nodes of `egraph` by e-class, and its let names (without "$").
 
-    This is the graph of `egraph._serialize(split_primitive_outputs=False)` without its
-    analysis nodes, read from egglog's tables (`EGraph.freeze`) instead of the JSON, which is
-    ~6x slower: a large e-graph has more analysis rows than terms. It reproduces the JSON's
-    node ids (`function-{row}-{function}`), e-class ids (`{sort}-{id}`) and order, on which
-    the extraction's tie-breaks and worklist order depend: functions in table order, each row's
-    literal values (output, then inputs; a container's items before it) added when first met,
-    then the row's node. A literal's node has op "literal" and its value in `literal`; a Vec's
-    node has op "Vec" and its items as children. (egglog numbers an i64 outside [0, 2**31) by
-    an internal index; its e-class id here holds the value instead, which is just as unique.)
+    This is the graph of `egraph._serialize(split_primitive_outputs=False)` without its analysis
+    nodes, read from egglog's tables (`EGraph.freeze`) instead of the JSON, which is several times
+    slower (docs/MEASUREMENTS.md): a large e-graph has more analysis rows than terms. It reproduces
+    the JSON's node ids (`function-{row}-{function}`), e-class ids (`{sort}-{id}`) and order, on
+    which the extraction's tie-breaks and worklist order depend: functions in table order, each
+    row's literal values (output, then inputs; a container's items before it) added when first met,
+    then the row's node. A literal's node has op "literal" and its value in `literal`; a Vec's node
+    has op "Vec" and its items as children. (egglog numbers an i64 outside [0, 2**31) by an internal
+    index; its e-class id here holds the value instead, which is just as unique.)
     """
     tables = egraph._egraph
     python_names = egraph._state.op_mapping()

@@ -60,7 +60,7 @@ from eqsat.core.terms import Arg, Term, index_items
 from eqsat.extract.machine import Machine
 
 LOOP_OVERHEAD = 1.0  # cycles per iteration (increment, compare, branch)
-PARALLEL_START = 20_000.0  # cycles to wake a thread team (~7 us after the first region)
+PARALLEL_START = 20_000.0  # cycles to start a parallel region, not the first (docs/MEASUREMENTS.md)
 UNARY_CYCLES = {"exp": 10.0, "log": 10.0, "tanh": 14.0, "sigmoid": 12.0, "sqrt": 6.0}
 BINARY_CYCLES = {"div": 4.0}
 LOADS_PER_CYCLE, OPS_PER_CYCLE, STORES_PER_CYCLE = 2.0, 2.0, 1.0
@@ -76,12 +76,12 @@ HORIZONTAL_FINISH = 12.0 + 1 / LOADS_PER_CYCLE + 1 / STORES_PER_CYCLE
 # measured order of magnitude on this class of machine.
 BYTES_PER_CYCLE = (48.0, 12.0, 8.0)
 OVERLAP_PENALTY = 0.25  # the fraction of the non-limiting terms that is not hidden
-DRAM_SCALING = 1.25  # 2 cores get ~1.25x the DRAM bandwidth of one (31 -> 39 GB/s)
-FIRST_TOUCH_CYCLES_PER_BYTE = 0.5  # a fresh page: fault + zeroing, ~0.5 us per 4 KiB
+DRAM_SCALING = 1.25  # all cores' DRAM bandwidth over one core's (docs/MEASUREMENTS.md)
+FIRST_TOUCH_CYCLES_PER_BYTE = 0.5  # a fresh page: fault + zeroing (docs/MEASUREMENTS.md)
 CACHE_USE = 0.5  # the fraction of a cache a footprint may fill and still hit (conflicts, LRU)
 # DRAM bytes lost each time a read restarts mid-row (the hardware prefetcher ramps up again):
-# a matrix-vector product reading 1 KB pieces of 8 KB rows ran ~15% slower here than one reading
-# whole rows (about 35 cycles per restart at the DRAM rate).
+# a matrix-vector product reading its rows in pieces ran slower than one reading whole rows
+# (docs/MEASUREMENTS.md).
 STREAM_RESTART_BYTES = 256.0
 
 

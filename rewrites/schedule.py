@@ -51,8 +51,9 @@ def schedule(
     egraph = EGraph()
     # Statements first, innermost first, one expression each: egglog-python binds the shared
     # parts of one big expression in an order that follows Python's string hashing, and the
-    # order e-nodes are made in changes what the fact-guarded rules find (softmax 64x64
-    # saturated at 2066 to 2114 e-nodes by PYTHONHASHSEED; with this, 2078 for every seed).
+    # order e-nodes are made in changes what the fact-guarded rules find: one program saturated
+    # at different sizes under different PYTHONHASHSEEDs, and at one size with this order
+    # (docs/MEASUREMENTS.md).
     egraph.register(*[to_egglog(s) for s in _statements_innermost_first(body)])
     mark_program(egraph, egraph.let(ROOT, to_egglog(body)))
     facts = unstable_combine_rulesets(analysis, fusion_candidates(), name="loop-facts")

@@ -1,6 +1,7 @@
 """Progress of long optimizer work, one line at a time on stderr (a terminal and Jupyter both
 show it). Short work stays silent: a stage reports only once it has run for `quiet_seconds`, and
-extraction only from e-graphs of EXTRACTION_NODES e-nodes or more (~1 s and up)."""
+extraction only from e-graphs of EXTRACTION_NODES e-nodes or more, whose extraction takes long
+enough to notice (docs/MEASUREMENTS.md)."""
 
 from __future__ import annotations
 
