@@ -282,7 +282,7 @@ class LoopCost:
         statement: Term,
         sizes: Mapping[str, float],
         children: Sequence[Estimate],
-        trips: int,
+        trips: float,
         compute: float | None = None,
         first_touch: float = 0.0,
     ) -> _Statement:
