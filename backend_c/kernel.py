@@ -40,8 +40,13 @@ class OutputPool:
         self._dtype = dtype
         self._pooled: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(self._shapes)
         self._lock = threading.Lock()
+        self._all_small = all(
+            math.prod(shape) * dtype.itemsize < POOL_MIN_BYTES for shape in self._shapes
+        )
 
     def take(self) -> tuple[np.ndarray, ...]:
+        if self._all_small:  # nothing to pool: no lock on the path of small kernels
+            return tuple(np.empty(shape, dtype=self._dtype) for shape in self._shapes)
         with self._lock:
             return tuple(self._take(slot) for slot in range(len(self._shapes)))
 
@@ -177,6 +182,8 @@ class Kernel:
     def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[TensorSpec, Any]]:
         """Pair every input spec with its argument, or raise TypeError naming the culprit."""
         names = self._input_names
+        if not kwargs and len(args) == len(names):  # the common call, checked by position
+            return list(zip(self._inputs, args, strict=True))
         if len(args) > len(names):
             raise TypeError(
                 f"kernel takes {len(names)} inputs {names} but {len(args)} positional "
@@ -196,11 +203,19 @@ class Kernel:
 
     def _checked(self, spec: TensorSpec, value: Any) -> np.ndarray:
         """Return `value` as a dense, aligned, native-order array, copying only when needed."""
+        expected = self._numpy_dtype
+        if (  # the common case first: an array as the kernel wants it
+            type(value) is np.ndarray
+            and value.dtype == expected
+            and value.shape == spec.shape
+            and value.flags.c_contiguous
+            and value.flags.aligned
+        ):
+            return value
         if not isinstance(value, np.ndarray):
             raise TypeError(
                 f"input {spec.name!r} must be a numpy ndarray, got {type(value).__name__}"
             )
-        expected = self._numpy_dtype
         if value.dtype.kind != expected.kind or value.dtype.itemsize != expected.itemsize:
             raise TypeError(
                 f"input {spec.name!r} has dtype {value.dtype}, expected {expected} "
