@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from functools import partial
+from itertools import product
 
 from eqsat.backend_c.abi import C_TYPES, prototype
 from eqsat.backend_c.isa import VECTOR_FUNCTIONS, VectorIsa
@@ -313,35 +314,40 @@ class _Emitter:
             visit(axis)
         return list(dict.fromkeys(edges))
 
-    def copy_trips(self, axis: Term, binding: Mapping[Term, int], full: Collection[Term]) -> int:
+    def copy_trips(
+        self, axis: Term, binding: Mapping[Term, int], assumed: Mapping[Term, int]
+    ) -> int:
         """Iterations of a tile axis in one copy of the tile: its enclosing pieces are bound by
-        the copy (`binding`) or run in full (`full`, the checked `tile_edges`)."""
-        if not has_remainder(axis) or axis in full:
+        the copy (`binding`) or have the iterations the tile variant was chosen for
+        (`assumed`, its `tile_edges`)."""
+        if axis in assumed:
+            return assumed[axis]
+        if not has_remainder(axis):
             return axis_extent(axis)
         parent, tile = axis.args[0], int(axis.args[1])  # type: ignore[arg-type]
         assert isinstance(parent, Term)
-        above = self.copy_trips(parent, binding, full)
+        above = self.copy_trips(parent, binding, assumed)
         if axis.op == "Axis.outer":
             return -(-above // tile)
         return min(tile, above - binding[Term("Axis.outer", (parent, tile))] * tile)
 
     def tile_copies(
-        self, tile: RegisterTile, full: Collection[Term]
+        self, tile: RegisterTile, assumed: Mapping[Term, int]
     ) -> list[tuple[dict[Term, str], str | None]]:
         """One binding of the tile's unrolled axes (and vector-lane starts) per accumulator,
         with the lane mask of a partial vector (None for a whole one). A vector axis clipped
-        from outside the tile (not in `full`) gets masks computed at run time."""
+        from outside the tile (not in `assumed`) gets masks computed at run time."""
         copies: list[dict[Term, int]] = [{}]
         for axis in tile.unrolled:
             copies = [
-                {**c, axis: v} for c in copies for v in range(self.copy_trips(axis, c, full))
+                {**c, axis: v} for c in copies for v in range(self.copy_trips(axis, c, assumed))
             ]
         masked: list[tuple[dict[Term, int], str | None]] = [(c, None) for c in copies]
         vector_axis = tile.vector_axis
         if vector_axis is not None:
             assert self.vector is not None
             lanes, masked = self.vector.lanes, []
-            outside = vector_axis in self.tile_edges(tile) and vector_axis not in full
+            outside = vector_axis in self.tile_edges(tile) and vector_axis not in assumed
             for c in copies:
                 if outside:
                     trips = self.trips_expr(vector_axis)
@@ -350,7 +356,7 @@ class _Emitter:
                         count = f"({left} >= {lanes} ? {lanes} : {left} > 0 ? {left} : 0)"
                         masked.append(({**c, vector_axis: start}, self.vector.tail_mask(count)))
                     continue
-                trips_here = self.copy_trips(vector_axis, c, full)
+                trips_here = self.copy_trips(vector_axis, c, assumed)
                 for start in range(0, trips_here, lanes):
                     short = trips_here - start < lanes
                     mask = self.vector.tail_mask(str(trips_here - start)) if short else None
@@ -360,30 +366,31 @@ class _Emitter:
     def register_tile_loop(self, axis: Term, kind: Term, body: Term, tile: RegisterTile) -> None:
         """Unroll-and-jam with register promotion: the tile's accumulators are loaded into
         registers before the loop, updated in it, and stored after it
-        (eqsat.core.loops.RegisterTile). In a remainder tile whose iterations only a loop
-        outside knows (`tile_edges`), the plain loops run instead, except that a masked ISA
-        clips the vector axis with masks; the plain loops also run where a partial vector
-        needs a mask the ISA lacks."""
+        (eqsat.core.loops.RegisterTile). Where a loop outside the tile clips a tile axis to its
+        extent (`tile_edges`), one variant of the tile is emitted for each number of iterations
+        the axis can have, chosen at run time (on a masked ISA, masks clip the vector axis
+        instead). A variant with a partial vector on an ISA without masks runs the plain
+        loops."""
         assert self.vector is not None or tile.vector_axis is None
         masks = self.vector is not None and self.vector.masked_tail
         edges = [e for e in self.tile_edges(tile) if not (masks and e == tile.vector_axis)]
-        copies = self.tile_copies(tile, edges)
-        if not masks and any(mask is not None for _, mask in copies):
-            self.loop(axis, kind, body, tiled=False)
-            return
-        if not edges:
-            self.promoted_tile(axis, tile, copies)
-            return
-        full = " && ".join(f"{self.trips_expr(a)} == {axis_extent(a)}" for a in edges)
-        self.line(f"if ({full}) {{")
-        self.depth += 1
-        self.promoted_tile(axis, tile, copies)
-        self.depth -= 1
-        self.line("} else {")
-        self.depth += 1
-        self.loop(axis, kind, body, tiled=False)
-        self.depth -= 1
-        self.line("}")
+        choices = [sorted(trip_runs(edge), reverse=True) for edge in edges]  # full tiles first
+        variants = [dict(zip(edges, trips, strict=True)) for trips in product(*choices)]
+        for n, assumed in enumerate(variants):
+            if len(variants) > 1:
+                test = " && ".join(f"{self.trips_expr(e)} == {v}" for e, v in assumed.items())
+                opening = "if" if n == 0 else "} else if"
+                self.line(f"{opening} ({test}) {{" if n < len(variants) - 1 else "} else {")
+                self.depth += 1
+            copies = self.tile_copies(tile, assumed)
+            if not masks and any(mask is not None for _, mask in copies):
+                self.loop(axis, kind, body, tiled=False)
+            else:
+                self.promoted_tile(axis, tile, copies)
+            if len(variants) > 1:
+                self.depth -= 1
+        if len(variants) > 1:
+            self.line("}")
 
     def promoted_tile(
         self, axis: Term, tile: RegisterTile, copies: list[tuple[dict[Term, str], str | None]]

@@ -40,7 +40,6 @@ from eqsat.core.loops import (
     RegisterTile,
     axis_extent,
     depends_on,
-    full_tile_fraction,
     horizontal,
     large_output,
     loads_in,
@@ -52,6 +51,7 @@ from eqsat.core.loops import (
     row_loop_of,
     streamed_store,
     top_statements,
+    trip_runs,
     unit_stride_axes,
     vectorizable,
     without_unit_tail,
@@ -252,30 +252,51 @@ class LoopCost:
         self, statement: Term, tile: RegisterTile, body: Estimate, sizes: Mapping[str, float]
     ) -> _Statement:
         """One FMA per accumulator and one load per distinct operand each step; the
-        accumulators are loaded before the loop and stored after it. In a remainder tile (a
-        tile axis clipped to its extent) the emitter runs the plain loops instead."""
+        accumulators are loaded before the loop and stored after it. A tile clipped to its
+        extent (a remainder tile) has fewer accumulators: each variant of the tile is priced
+        by how often it runs."""
         value = tile.accumulate.args[3]
         assert isinstance(value, Term)
-        tile_axes = [(a, axis_extent(a)) for a in tile.unrolled]
-        if tile.vector_axis is not None:
-            tile_axes.append((tile.vector_axis, -(-axis_extent(tile.vector_axis) // self.lanes)))
-        operand_loads = 0
-        for load in loads_in(value):
-            index = load.args[1]
-            assert isinstance(index, Term)
-            operand_loads += math.prod(n for a, n in tile_axes if depends_on(index, a))
-        # the accumulate's add fuses with a product into one FMA
-        step = max(
-            tile.count * max(1, _ops(value)) / OPS_PER_CYCLE,
-            operand_loads / LOADS_PER_CYCLE,
-            FMA_LATENCY,  # each accumulator's chain: one update per FMA latency at most
-        ) + tile.count * _latency(value)
+        indices = [load.args[1] for load in loads_in(value)]
+        step = accumulators = 0.0
+        for weight, sizes_of_variant in self.tile_variants(tile):
+            count = math.prod(sizes_of_variant.values())
+            operand_loads = sum(
+                math.prod(n for a, n in sizes_of_variant.items() if depends_on(index, a))
+                for index in indices  # type: ignore[misc]
+            )
+            # the accumulate's add fuses with a product into one FMA
+            step += weight * (
+                max(
+                    count * max(1, _ops(value)) / OPS_PER_CYCLE,
+                    operand_loads / LOADS_PER_CYCLE,
+                    FMA_LATENCY,  # each accumulator's chain: one update per FMA latency at most
+                )
+                + count * _latency(value)
+            )
+            accumulators += weight * count
         trips = mean_trips(statement.args[0])  # type: ignore[arg-type]
-        spill = tile.count * (1 / LOADS_PER_CYCLE + 1 / STORES_PER_CYCLE)
-        full = full_tile_fraction(tile)
-        plain_loops = trips * (body.compute + LOOP_OVERHEAD)
-        compute = full * (trips * (step + LOOP_OVERHEAD) + spill) + (1 - full) * plain_loops
+        spill = accumulators * (1 / LOADS_PER_CYCLE + 1 / STORES_PER_CYCLE)
+        compute = trips * (step + LOOP_OVERHEAD) + spill
         return self.combine(statement, sizes, [body], trips, compute)
+
+    def tile_variants(self, tile: RegisterTile) -> list[tuple[float, dict[Term, int]]]:
+        """(how often it runs, accumulators along each tile axis) of each variant of a register
+        tile: the tile axes' iterations (vectors along the vector axis) over their runs, taken
+        as independent."""
+        along = [(a, 1) for a in tile.unrolled]
+        if tile.vector_axis is not None:
+            along.append((tile.vector_axis, self.lanes))
+        variants: list[tuple[float, dict[Term, int]]] = [(1.0, {})]
+        for axis, lanes in along:
+            runs = trip_runs(axis)
+            total = sum(runs.values())
+            variants = [
+                (weight * count / total, {**sizes, axis: -(-trips // lanes)})
+                for weight, sizes in variants
+                for trips, count in runs.items()
+            ]
+        return variants
 
     def combine(
         self,

@@ -296,17 +296,6 @@ def mean_vectors(axis: Term, lanes: int) -> float:
     return vectors / sum(runs.values())
 
 
-def full_tile_fraction(tile: RegisterTile) -> float:
-    """The fraction of a register tile's runs in which every tile axis runs all its iterations
-    (the emitter keeps the accumulators in registers only then)."""
-    axes = [*tile.unrolled, *([tile.vector_axis] if tile.vector_axis is not None else [])]
-    fraction = 1.0
-    for axis in axes:
-        runs = trip_runs(axis)
-        fraction *= runs[axis_extent(axis)] / sum(runs.values())
-    return fraction
-
-
 ACCESS_OPS = ("Scalar.load", "Stmt.store", "Stmt.accumulate")  # their args: buffer, index list
 
 
