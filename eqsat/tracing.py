@@ -77,6 +77,8 @@ class JitFunction:
         self._signature = signature
         self._options: dict[str, Any] = {"limits": limits, "machine": machine, "isa": isa}
         self._kernels: dict[CacheKey, Kernel] = {}
+        # positional calls already seen -> their kernel and where its inputs are among the args
+        self._positional: dict[tuple[Any, ...], tuple[Kernel, tuple[int, ...]]] = {}
 
     @property
     def kernels(self) -> Mapping[CacheKey, Kernel]:
@@ -89,8 +91,20 @@ class JitFunction:
         It requires: the arguments bind to the function's signature; numpy-array arguments all
         float32 or all float64; every other argument hashable (a static value).
         """
+        if not kwargs:  # the common call: every argument by position, a kernel already built
+            try:
+                known = self._positional.get(_positional_key(args))
+            except TypeError:  # an unhashable argument: the full path below names it
+                known = None
+            if known is not None:
+                kernel, positions = known
+                return kernel(*[args[position] for position in positions])
         arguments = self._bind(args, kwargs)
         kernel = self._kernel(arguments)
+        if not kwargs and len(args) == len(arguments):
+            names = list(arguments)
+            positions = tuple(names.index(name) for name in kernel.input_names)
+            self._positional[_positional_key(args)] = (kernel, positions)
         return kernel(**{name: arguments[name] for name in kernel.input_names})
 
     def kernel_for(self, *args: Any, **kwargs: Any) -> Kernel:
@@ -196,3 +210,12 @@ def jit(
     if function is None:
         return functools.partial(JitFunction, limits=limits, machine=machine, isa=isa)
     return JitFunction(function, limits=limits, machine=machine, isa=isa)
+
+
+def _positional_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What a positional call's kernel depends on, cheap to build: each array's type, shape and
+    dtype, each other value with its type (`1`, `1.0` and `True` differ). An unhashable value
+    makes an unhashable key."""
+    return tuple(
+        (type(a), a.shape, a.dtype) if isinstance(a, np.ndarray) else (type(a), a) for a in args
+    )

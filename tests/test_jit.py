@@ -430,3 +430,26 @@ def test_jit_refuses_unhashable_arguments_and_variadic_functions() -> None:
         eqsat.jit(lambda *xs: xs[0])
     with pytest.raises(TypeError, match="missing a required argument: 'y'"):
         eqsat.jit(lambda x, y: x + y)(*arrays(X))
+
+
+def test_positional_calls_reuse_the_kernel_of_their_shapes_and_static_values() -> None:
+    calls: list[object] = []
+
+    @eqsat.jit
+    def shifted(scale, x, y):  # type: ignore[no-untyped-def]
+        calls.append(scale)
+        return x * scale - y
+
+    rng = np.random.default_rng(5)
+    x, y = (rng.standard_normal((3, 5), np.float32) for _ in range(2))
+    x2, y2 = (rng.standard_normal((4, 5), np.float32) for _ in range(2))
+    for _ in range(3):  # traced once, then answered by the positional fast path
+        assert_close(shifted(2.0, x, y), 2.0 * x - y, "float32")
+    assert calls == [2.0]
+    assert_close(shifted(3.0, x, y), 3.0 * x - y, "float32")
+    assert_close(shifted(2, x, y), 2 * x - y, "float32")  # an int is another static value
+    assert_close(shifted(2.0, x2, y2), 2.0 * x2 - y2, "float32")
+    assert_close(shifted(2.0, y, x), 2.0 * y - x, "float32")  # inputs follow the arguments
+    assert calls == [2.0, 3.0, 2, 2.0] and len(shifted.kernels) == 4
+    with pytest.raises(TypeError, match="hashable"):
+        shifted([2.0], x, y)
