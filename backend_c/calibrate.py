@@ -3,12 +3,15 @@
     machine = calibrated_host()          # host() with .calibration filled in
     machine.calibration.peak_flops["float32"][machine.cores]    # flop/s on all cores
 
-One small C library (built by `build.build_library`) holds the two measuring kernels:
+One small C library (built by `build.build_library`) holds the measuring kernels:
 - `calib_fma_<dtype>`: per thread, CHAINS independent chains `acc = acc * m + c` of the widest
   vectors the ISA has (FMA latency x FMA units is 8 on this machine, so 12 chains keep both busy);
 - `calib_triad`: `a = b + s * c` on float32 vectors, each thread repeating its own slice, so the
   slice stays in the cache level it was sized for: half of L1, L2 (per core) or L3 (shared),
-  and 4x L3 for DRAM.
+  and 4x L3 for DRAM;
+- `calib_regions`: back-to-back parallel regions that do nothing, on all cores: the start cost
+  of a parallel loop (`Calibration.parallel_start_seconds`), with the OpenMP wait policy kernels
+  run with.
 Each figure is the best of a few timed calls of at least MIN_CALL_SECONDS: peaks, not averages.
 Measured on the design machine (AMD EPYC, AVX-512, 2 cores), the whole run takes ~2.5 s.
 
@@ -44,7 +47,7 @@ from eqsat.extract.machine import (
 )
 
 # Bump when the kernels or the way they are timed change: cached figures are then re-measured.
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2
 CHAINS = 12
 MIN_CALL_SECONDS = 0.02
 TIMED_CALLS = 5
@@ -56,6 +59,16 @@ double calib_fma_float32(int64_t iterations, int threads);
 double calib_fma_float64(int64_t iterations, int threads);
 void calib_triad(float *a, const float *b, const float *c, int64_t n, int64_t reps,
                  int threads);
+void calib_regions(int64_t regions, float *sink);
+"""
+
+_REGIONS_SOURCE = """
+void calib_regions(int64_t regions, float *sink) {
+    for (int64_t r = 0; r < regions; ++r) {
+        #pragma omp parallel for schedule(static)
+        for (int t = 0; t < omp_get_num_threads(); ++t) sink[16 * t] += 1.0f;
+    }
+}
 """
 
 _FMA_TEMPLATE = """
@@ -113,6 +126,7 @@ def calibration_source(machine: Machine) -> str:
             )
         )
     parts.append(_TRIAD_TEMPLATE.format(lanes=machine.lanes("float32")))
+    parts.append(_REGIONS_SOURCE)
     return "".join(parts)
 
 
@@ -194,7 +208,12 @@ def measure(machine: Machine) -> Calibration:
     }
     flops_per_cycle = FMA_PER_CYCLE * 2 * machine.lanes("float32")
     clock_hz = peak_flops["float32"][1] / flops_per_cycle
-    return Calibration(peak_flops, bandwidth, time.perf_counter() - start, clock_hz)
+    sink = _aligned_floats(16 * max(counts))
+    pointer = library.ffi.from_buffer("float[]", sink)
+    regions_per_second = _best_rate(lambda regions: library.lib.calib_regions(regions, pointer), 1)
+    return Calibration(
+        peak_flops, bandwidth, time.perf_counter() - start, clock_hz, 1 / regions_per_second
+    )
 
 
 def _fma_rate(library: Library, machine: Machine, dtype: str, threads: int) -> float:
@@ -262,6 +281,7 @@ def _read(path: Path, key: str, machine: Machine) -> Calibration | None:
             _figures(data["bandwidth"]),
             float(data["seconds"]),
             float(data["clock_hz"]),
+            float(data["parallel_start_seconds"]),
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -271,6 +291,7 @@ def _read(path: Path, key: str, machine: Machine) -> Calibration | None:
         set(table) == set(names) and all(set(row) == threads for row in table.values())
         for table, names in tables
     )
+    complete = complete and 0 < calibration.parallel_start_seconds < 1
     return calibration if complete else None
 
 

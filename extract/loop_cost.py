@@ -137,6 +137,7 @@ class LoopCost:
         capacities = (machine.l1_bytes, machine.l2_bytes, machine.l3_bytes)
         self._usable = tuple(capacity * CACHE_USE for capacity in capacities)
         self._bytes_per_cycle, self._dram_scaling = fetch_rates(machine)
+        self._parallel_start = parallel_start_cycles(machine)
 
     def __call__(self, op: str, children: Sequence[Arg], child_costs: Sequence[float]) -> float:
         if not op.startswith("Stmt."):
@@ -241,7 +242,7 @@ class LoopCost:
         parallel = Estimate(
             estimate.compute / cores,
             (l1 / cores, l2 / cores, l3 / min(cores, self._dram_scaling)),
-            estimate.overhead / cores + PARALLEL_START,
+            estimate.overhead / cores + self._parallel_start,
             estimate.footprint,
             estimate.first_touch,
             self._bytes_per_cycle,
@@ -494,6 +495,15 @@ class LoopCost:
                 (pieces[axis], axis_extent(axis)) for axis in inner if axis not in split
             )
         return known
+
+
+def parallel_start_cycles(machine: Machine) -> float:
+    """Cycles to start a parallel loop: measured by the machine's calibration when it has the
+    figure, else PARALLEL_START."""
+    calibration = machine.calibration
+    if calibration is None or calibration.parallel_start_seconds <= 0:
+        return PARALLEL_START
+    return calibration.parallel_start_seconds * machine.clock_hz()
 
 
 def fetch_rates(machine: Machine) -> tuple[tuple[float, float, float], float]:

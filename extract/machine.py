@@ -41,6 +41,7 @@ class Calibration:
     bandwidth: Mapping[str, Mapping[int, float]] = field(hash=False)
     seconds: float = 0.0  # how long the measurement took
     clock_hz: float = DEFAULT_CLOCK_HZ  # one core's fp32 peak / the flops per cycle it implies
+    parallel_start_seconds: float = 0.0  # one parallel region on all cores, back to back
 
 
 @dataclass(frozen=True)

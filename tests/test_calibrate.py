@@ -32,6 +32,7 @@ class FakeMeasure:
             },
             seconds=0.5,
             clock_hz=3.5e9,
+            parallel_start_seconds=5e-6,
         )
 
 

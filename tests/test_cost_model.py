@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eqsat.core.terms import Term
-from eqsat.extract.loop_cost import LoopCost
+from eqsat.extract.loop_cost import PARALLEL_START, LoopCost
 from eqsat.extract.machine import Machine
 from tests.test_loops import at, inner, named, nest, outer
 
@@ -76,6 +76,21 @@ def test_a_parallel_loop_of_one_trip_gains_nothing(machine: Machine) -> None:
     serial = cost.estimate(nest([(one, "serial", ()), (j, "vector", (16,))], store))
     assert parallel.compute == serial.compute
     assert parallel.cycles > serial.cycles  # and it pays the team start
+
+
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.isa)
+def test_a_parallel_start_costs_what_the_calibration_measured(machine: Machine) -> None:
+    from dataclasses import replace
+
+    i, j = named("i0", 64), named("i1", 64)
+    store = Term("Stmt.store", ("out0", at(i, j), Term("Scalar.load", ("in0", at(i, j)))))
+    program = nest([(i, "parallel", ()), (j, "vector", (16,))], store)
+    base = calibrated(machine, 200.0, 100.0, 40.0)  # a 1 GHz clock
+    assert base.calibration is not None
+    for seconds, cycles in ((0.0, PARALLEL_START), (3e-5, 30_000.0), (8e-5, 80_000.0)):
+        figures = replace(base.calibration, parallel_start_seconds=seconds)
+        estimate = LoopCost(replace(base, calibration=figures), "float32").estimate(program)
+        assert estimate.overhead == pytest.approx(cycles)
 
 
 def calibrated(machine: Machine, l2: float, l3: float, dram: float) -> Machine:
