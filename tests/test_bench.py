@@ -150,3 +150,14 @@ def test_sweep_runs_checks_and_summarizes_a_family() -> None:
     assert summary.geometric_mean == pytest.approx(float(np.sqrt(ratios[0] * ratios[1])))
     assert summary.worst == min(ratios)
     assert summary.met == (summary.geometric_mean >= 2.5 and summary.worst >= 1.0)
+
+
+def test_call_overhead_is_measured_for_a_kernel_a_jit_function_and_numpy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bench.json"
+    argv = ["--repeats", "3", "--only", "overhead", "--json", str(out)]
+    assert bench.main(argv, fake_machine()) == 0
+    seconds = json.loads(out.read_text())["call_overhead_seconds"]
+    assert set(seconds) == {"Kernel", "@jit", "numpy"} and all(s > 0 for s in seconds.values())
+    assert "call overhead, x * 2 + 1 on 1000 elements: Kernel" in capsys.readouterr().out

@@ -25,11 +25,13 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 
 import eqsat
 from eqsat.backend_c.calibrate import calibrated_host
+from eqsat.core.measure import interleaved_medians
 from eqsat.extract.machine import Calibration, Machine, cpu_model
 from eqsat.tools import model_check, sweep
 from eqsat.tools.workloads import (
@@ -224,6 +226,36 @@ def _calibration_summary(calibration: Calibration) -> str:
     return f"({threads} threads): GFLOP/s {flops}; GB/s {bandwidth}"
 
 
+OVERHEAD_ELEMENTS = 1000
+OVERHEAD_TARGETS = {"Kernel": 2e-6, "@jit": 4e-6}  # seconds per call, at most
+
+
+def call_overhead(repeats: int) -> dict[str, float]:
+    """Seconds per call, in steady state, of `x * 2 + 1` on OVERHEAD_ELEMENTS float32 elements:
+    as a Kernel, as an `eqsat.jit` function and as numpy ufuncs (the work itself is ~0.1 us)."""
+    x = np.arange(OVERHEAD_ELEMENTS, dtype=np.float32)
+    kernel = eqsat.compile(eqsat.tensor("x", x.shape) * 2 + 1, progress=False)
+
+    @eqsat.jit
+    def traced(x: np.ndarray) -> Any:
+        return x * 2 + 1
+
+    traced(x)
+    return interleaved_medians(
+        {"Kernel": lambda: kernel(x), "@jit": lambda: traced(x), "numpy": lambda: x * 2 + 1},
+        repeats,
+    )
+
+
+def format_overhead(seconds: Mapping[str, float]) -> str:
+    parts = [
+        f"{name} {seconds[name] * 1e6:.2f} us"
+        + (f" (target <= {OVERHEAD_TARGETS[name] * 1e6:g} us)" if name in OVERHEAD_TARGETS else "")
+        for name in seconds
+    ]
+    return f"call overhead, x * 2 + 1 on {OVERHEAD_ELEMENTS} elements: " + ", ".join(parts)
+
+
 def _parse(argv: Sequence[str], names: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m eqsat bench",
@@ -280,8 +312,10 @@ def main(argv: Sequence[str], machine: Machine | None = None) -> int:
     """
     names = [workload.name for workload in workloads(quick=True)]
     check_names = [f"calibration:{w.name}" for w in model_check.workloads(quick=True)]
-    options = _parse(argv, [*names, "calibration", *check_names])
-    chosen = set(options.only.split(",") if options.only else [*names, "calibration"])
+    options = _parse(argv, [*names, "overhead", "calibration", *check_names])
+    chosen = set(
+        options.only.split(",") if options.only else [*names, "overhead", "calibration"]
+    )
     selected = [workload for workload in workloads(options.quick) if workload.name in chosen]
     checks_selected = [
         workload
@@ -298,6 +332,9 @@ def main(argv: Sequence[str], machine: Machine | None = None) -> int:
     for workload in selected:
         results.append(run_workload(workload, machine, options.repeats, rng))
         print(format_result(results[-1]), flush=True)
+    overhead = call_overhead(options.repeats) if "overhead" in chosen else {}
+    if overhead:
+        print(format_overhead(overhead), flush=True)
     checks = (
         _run_calibration(checks_selected, options.quick, machine, options.repeats)
         if checks_selected
@@ -322,6 +359,7 @@ def main(argv: Sequence[str], machine: Machine | None = None) -> int:
             "header": header,
             "workloads": [asdict(result) for result in results],
             "calibration": [asdict(check) for check in checks],
+            "call_overhead_seconds": overhead,
             "sweep": [asdict(result) for result in swept],
             "sweep_summary": [asdict(summary) for summary in summaries],
         }
