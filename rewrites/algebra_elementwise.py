@@ -9,6 +9,7 @@ x*x, x**-1 is 1/x), so they need no rule of their own.
 from __future__ import annotations
 
 from egglog import Vec, eq, f64, i64, ne
+from egglog.egraph import FactLike
 
 from eqsat.core.terms import TExpr
 from eqsat.rewrites.algebra_facts import few_operands, has_shape, single_operand
@@ -19,7 +20,6 @@ XY = {"x": TExpr, "y": TExpr}
 XYZ = {"x": TExpr, "y": TExpr, "z": TExpr}
 XS = {"x": TExpr, "s": Vec[i64]}
 AB = {"a": f64, "b": f64}
-NONZERO_RECIPROCAL = "1e-30 <= |c| <= 1e30, so 1/c is a normal float32 (r = 1/c)"
 
 
 def add(a: TExpr, b: TExpr) -> TExpr:
@@ -43,6 +43,39 @@ def zeros(shape: Vec[i64]) -> TExpr:
     return TExpr.broadcast(const(0.0), shape)
 
 
+# ---------------------------------------------------------------- guards
+
+
+def few_terms(x: TExpr, y: TExpr, z: TExpr) -> list[FactLike]:
+    """x, y and z hold at most AC_MAX_OPERANDS operands of + in all."""
+    return few_operands("add", x, y, z)
+
+
+def few_factors(x: TExpr, y: TExpr, z: TExpr) -> list[FactLike]:
+    """x, y and z hold at most AC_MAX_OPERANDS operands of * in all."""
+    return few_operands("mul", x, y, z)
+
+
+def small_sum(x: TExpr, y: TExpr) -> list[FactLike]:
+    """x and y hold at most AC_MAX_OPERANDS operands of + in all."""
+    return few_operands("add", x, y)
+
+
+def not_a_sum(z: TExpr) -> list[FactLike]:
+    """z has a form that is not a sum."""
+    return single_operand("add", z)
+
+
+def normal_reciprocal(c: f64, r: f64) -> list[FactLike]:
+    """1e-30 <= |c| <= 1e30, so r = 1/c is a normal float32."""
+    return [abs(c) >= 1e-30, abs(c) <= 1e30, eq(r).to(f64(1.0) / c)]
+
+
+def nonzero_divisor(a: f64, b: f64, q: f64) -> list[FactLike]:
+    """b != 0 (binds q = a / b)."""
+    return [ne(b).to(f64(0.0)), eq(q).to(a / b)]
+
+
 ARITHMETIC = (
     Identity("add-comm", "x + y -> y + x", XY, lambda x, y: add(x, y), lambda x, y: add(y, x)),
     Identity(
@@ -51,8 +84,7 @@ ARITHMETIC = (
         XYZ,
         lambda x, y, z: add(add(x, y), z),
         lambda x, y, z: add(x, add(y, z)),
-        guard=lambda x, y, z: few_operands("add", x, y, z),
-        guard_text="x, y, z hold at most AC_MAX_OPERANDS operands of + in all",
+        guard=(few_terms,),
     ),
     Identity("add-zero", "x + 0 -> x", X, lambda x: add(x, const(0.0)), lambda x: x),
     Identity("sub-zero", "x - 0 -> x", X, lambda x: sub(x, const(0.0)), lambda x: x),
@@ -65,8 +97,7 @@ ARITHMETIC = (
         XS,
         lambda x: sub(x, x),
         lambda s: zeros(s),
-        guard=lambda x, s: has_shape(x, s),
-        guard_text="s = shape(x)",
+        guard=(has_shape,),
         finite_only=True,
     ),
     Identity(
@@ -90,8 +121,7 @@ ARITHMETIC = (
         XYZ,
         lambda x, y, z: mul(mul(x, y), z),
         lambda x, y, z: mul(x, mul(y, z)),
-        guard=lambda x, y, z: few_operands("mul", x, y, z),
-        guard_text="x, y, z hold at most AC_MAX_OPERANDS operands of * in all",
+        guard=(few_factors,),
     ),
     Identity("mul-one", "x * 1 -> x", X, lambda x: mul(x, const(1.0)), lambda x: x),
     Identity(
@@ -107,8 +137,7 @@ ARITHMETIC = (
         XS,
         lambda x: mul(x, const(0.0)),
         lambda s: zeros(s),
-        guard=lambda x, s: has_shape(x, s),
-        guard_text="s = shape(x)",
+        guard=(has_shape,),
         finite_only=True,
     ),
     Identity(
@@ -117,8 +146,7 @@ ARITHMETIC = (
         {"x": TExpr, "c": f64, "r": f64},
         lambda x, c: TExpr.binary("div", x, const(c)),
         lambda x, r: mul(x, const(r)),
-        guard=lambda c, r: [abs(c) >= 1e-30, abs(c) <= 1e30, eq(r).to(f64(1.0) / c)],
-        guard_text=NONZERO_RECIPROCAL,
+        guard=(normal_reciprocal,),
     ),
     Identity(
         "neg-neg",
@@ -148,8 +176,7 @@ DISTRIBUTIVE = tuple(
             XYZ,
             lambda x, y, z, op=op: mul(TExpr.binary(op, x, y), z),
             lambda x, y, z, op=op: TExpr.binary(op, mul(x, z), mul(y, z)),
-            guard=lambda x, y, z: [*few_operands("add", x, y), *single_operand("add", z)],
-            guard_text="x, y hold at most AC_MAX_OPERANDS operands of +; z is not a sum",
+            guard=(small_sum, not_a_sum),
             finite_only=True,
         ),
     )
@@ -245,8 +272,7 @@ CONSTANT_FOLDING = (
         {"a": f64, "b": f64, "q": f64},
         lambda a, b: TExpr.binary("div", const(a), const(b)),
         lambda q: const(q),
-        guard=lambda a, b, q: [ne(b).to(f64(0.0)), eq(q).to(a / b)],
-        guard_text="b != 0 (q = a / b)",
+        guard=(nonzero_divisor,),
     ),
     # egglog orders nan above every number: its max propagates nan like numpy, its min does not
     Identity(

@@ -212,30 +212,31 @@ def _operands(
 
 
 # ---------------------------------------------------------------- guards built from the facts
+# A guard predicate's parameters are the variables of the identities that use it (rule.py).
 
 
-def has_shape(x: TExpr, shape: Shape) -> list[FactLike]:
-    """Guard: `x` has shape `shape` (binds `shape` when it is a fresh variable)."""
-    return [eq(shape).to(shape_of(x))]
+def has_shape(x: TExpr, s: Shape) -> list[FactLike]:
+    """s is the shape of x (binds s when it is a fresh variable)."""
+    return [eq(s).to(shape_of(x))]
 
 
 def same_shape(x: TExpr, y: TExpr) -> list[FactLike]:
-    """Guard: `x` and `y` have one shape (no broadcasting between them)."""
+    """x and y have one shape (no broadcasting between them)."""
     return [eq(shape_of(x)).to(shape_of(y))]
 
 
 def same_rank(x: TExpr, y: TExpr) -> list[FactLike]:
-    """Guard: `x` and `y` have one rank (broadcasting between them stretches dims of 1 only)."""
+    """x and y have one rank (broadcasting between them stretches dims of 1 only)."""
     return [eq(shape_of(x).length()).to(shape_of(y).length())]
 
 
 def is_scalar(x: TExpr) -> list[FactLike]:
-    """Guard: `x` has rank 0."""
+    """x has rank 0."""
     return [eq(shape_of(x)).to(Vec[i64].empty())]
 
 
 def few_operands(op: str, *parts: TExpr) -> list[FactLike]:
-    """Guard: `parts`, joined by `op`, make an `op`-tree of at most AC_MAX_OPERANDS operands.
+    """`parts`, joined by `op`, make an `op`-tree of at most AC_MAX_OPERANDS operands.
 
     Each part counts by its own smallest `op`-tree, so the bound holds for the tree being
     rewritten even when its e-class also holds a smaller form (a factored sum, say)."""
@@ -246,5 +247,5 @@ def few_operands(op: str, *parts: TExpr) -> list[FactLike]:
 
 
 def single_operand(op: str, x: TExpr) -> list[FactLike]:
-    """Guard: `x` has a form that is not an `op`-tree (it is not a sum, for "add")."""
+    """`x` has a form that is not an `op`-tree (it is not a sum, for "add")."""
     return [eq(operands(String(op), x)).to(i64(1))]

@@ -8,6 +8,7 @@ side. A permutation p maps result axis i to input axis p[i] (numpy.transpose).
 from __future__ import annotations
 
 from egglog import String, Vec, eq, i64
+from egglog.egraph import FactLike
 
 from eqsat.core.terms import TExpr
 from eqsat.rewrites.algebra_facts import gather, has_shape, is_scalar, same_rank
@@ -18,6 +19,32 @@ XP = {"x": TExpr, "p": INTS}
 XS = {"x": TExpr, "s": INTS}
 OPXYP = {"op": String, "x": TExpr, "y": TExpr, "p": INTS}
 
+
+def composed(p: Vec[i64], q: Vec[i64], g: Vec[i64]) -> list[FactLike]:
+    """g = [p[i] for i in q], the permutation of transposing by p, then by q."""
+    return [eq(g).to(gather(p, q))]
+
+
+def identity_permutation(p: Vec[i64]) -> list[FactLike]:
+    """p = (0, 1, ..., len(p) - 1)."""
+    return [eq(p).to(p.length().range())]
+
+
+def scalar_left(x: TExpr) -> list[FactLike]:
+    """x has rank 0."""
+    return is_scalar(x)
+
+
+def scalar_right(y: TExpr) -> list[FactLike]:
+    """y has rank 0."""
+    return is_scalar(y)
+
+
+def shape_of_right(y: TExpr, s: Vec[i64]) -> list[FactLike]:
+    """s is the shape of y."""
+    return has_shape(y, s)
+
+
 TRANSPOSE = (
     Identity(
         "transpose-compose",
@@ -25,8 +52,7 @@ TRANSPOSE = (
         {"x": TExpr, "p": INTS, "q": INTS, "g": INTS},
         lambda x, p, q: TExpr.transpose(TExpr.transpose(x, p), q),
         lambda x, g: TExpr.transpose(x, g),
-        guard=lambda p, q, g: [eq(g).to(gather(p, q))],
-        guard_text="g = [p[i] for i in q]",
+        guard=(composed,),
     ),
     Identity(
         "transpose-identity",
@@ -34,8 +60,7 @@ TRANSPOSE = (
         XP,
         lambda x, p: TExpr.transpose(x, p),
         lambda x: x,
-        guard=lambda p: [eq(p).to(p.length().range())],
-        guard_text="p = range(len(p))",
+        guard=(identity_permutation,),
     ),
     Identity(
         "transpose-unary",
@@ -51,8 +76,7 @@ TRANSPOSE = (
         OPXYP,
         lambda op, x, y, p: TExpr.transpose(TExpr.binary(op, x, y), p),
         lambda op, x, y, p: TExpr.binary(op, TExpr.transpose(x, p), TExpr.transpose(y, p)),
-        guard=lambda x, y: same_rank(x, y),
-        guard_text="rank(x) = rank(y)",
+        guard=(same_rank,),
     ),
     Identity(
         "transpose-binary-scalar-right",
@@ -60,8 +84,7 @@ TRANSPOSE = (
         OPXYP,
         lambda op, x, y, p: TExpr.transpose(TExpr.binary(op, x, y), p),
         lambda op, x, y, p: TExpr.binary(op, TExpr.transpose(x, p), y),
-        guard=lambda y: is_scalar(y),
-        guard_text="y has rank 0",
+        guard=(scalar_right,),
     ),
     Identity(
         "transpose-binary-scalar-left",
@@ -69,8 +92,7 @@ TRANSPOSE = (
         OPXYP,
         lambda op, x, y, p: TExpr.transpose(TExpr.binary(op, x, y), p),
         lambda op, x, y, p: TExpr.binary(op, x, TExpr.transpose(y, p)),
-        guard=lambda x: is_scalar(x),
-        guard_text="x has rank 0",
+        guard=(scalar_left,),
     ),
     Identity(
         "binary-of-transposes",
@@ -88,8 +110,7 @@ RESHAPE_BROADCAST = (
         XS,
         lambda x, s: TExpr.broadcast(x, s),
         lambda x: x,
-        guard=lambda x, s: has_shape(x, s),
-        guard_text="s = shape(x)",
+        guard=(has_shape,),
     ),
     Identity(
         "broadcast-broadcast",
@@ -105,8 +126,7 @@ RESHAPE_BROADCAST = (
         {"op": String, "x": TExpr, "y": TExpr, "s": INTS},
         lambda op, x, y, s: TExpr.binary(op, x, TExpr.broadcast(y, s)),
         lambda op, x, y: TExpr.binary(op, x, y),
-        guard=lambda x, s: has_shape(x, s),
-        guard_text="s = shape(x)",
+        guard=(has_shape,),
     ),
     Identity(
         "binary-unbroadcast-left",
@@ -114,8 +134,7 @@ RESHAPE_BROADCAST = (
         {"op": String, "x": TExpr, "y": TExpr, "s": INTS},
         lambda op, x, y, s: TExpr.binary(op, TExpr.broadcast(x, s), y),
         lambda op, x, y: TExpr.binary(op, x, y),
-        guard=lambda y, s: has_shape(y, s),
-        guard_text="s = shape(y)",
+        guard=(shape_of_right,),
     ),
     Identity(
         "reshape-noop",
@@ -123,8 +142,7 @@ RESHAPE_BROADCAST = (
         XS,
         lambda x, s: TExpr.reshape(x, s),
         lambda x: x,
-        guard=lambda x, s: has_shape(x, s),
-        guard_text="s = shape(x)",
+        guard=(has_shape,),
     ),
     Identity(
         "reshape-reshape",

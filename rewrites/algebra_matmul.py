@@ -30,14 +30,19 @@ def matmul(a: TExpr, b: TExpr) -> TExpr:
     return TExpr.matmul(a, b)
 
 
-def swaps_last_two(perm: Vec[i64]) -> list[FactLike]:
-    """Guard: `perm` is (0, 1, ..., r-3, r-1, r-2), the matrix transpose of a batch."""
-    rank = perm.length()
+def swaps_last_two(p: Vec[i64]) -> list[FactLike]:
+    """p is (0, 1, ..., r-3, r-1, r-2), the matrix transpose of a batch (^T)."""
+    rank = p.length()
     return [
-        eq(perm.pop().pop()).to((rank - 2).range()),
-        eq(perm[rank - 1]).to(rank - 2),
-        eq(perm[rank - 2]).to(rank - 1),
+        eq(p.pop().pop()).to((rank - 2).range()),
+        eq(p[rank - 1]).to(rank - 2),
+        eq(p[rank - 2]).to(rank - 1),
     ]
+
+
+def scalar_factor(c: TExpr) -> list[FactLike]:
+    """c has rank 0."""
+    return is_scalar(c)
 
 
 CHAINS = (
@@ -59,15 +64,13 @@ CHAINS = (
     ),
 )
 
-DISTRIBUTABLE = (
-    "shape(y) = shape(z); y, z hold at most AC_MAX_OPERANDS operands of +; x is not a sum"
-)
-
 
 def distributable(x: TExpr, y: TExpr, z: TExpr) -> list[FactLike]:
-    """Guard of distributing x over y ± z: y and z are each a valid operand of the product on
-    their own (one shape), the sum is small and x is not a sum (which keeps the expansion of
-    a product of sums out of the e-graph)."""
+    """y and z have one shape and at most AC_MAX_OPERANDS operands of + in all; x is not a sum.
+
+    Distributing x over y ± z: y and z are each a valid operand of the product on their own (one
+    shape), the sum is small and x is not a sum (which keeps the expansion of a product of sums
+    out of the e-graph)."""
     return [*same_shape(y, z), *few_operands("add", y, z), *single_operand("add", x)]
 
 
@@ -99,8 +102,7 @@ DISTRIBUTIVE = tuple(
             XYZ,
             lambda x, y, z, op=op: matmul(x, TExpr.binary(op, y, z)),
             lambda x, y, z, op=op: TExpr.binary(op, matmul(x, y), matmul(x, z)),
-            guard=distributable,
-            guard_text=DISTRIBUTABLE,
+            guard=(distributable,),
             finite_only=True,
         ),
         Identity(
@@ -109,8 +111,7 @@ DISTRIBUTIVE = tuple(
             XYZ,
             lambda x, y, z, op=op: matmul(TExpr.binary(op, y, z), x),
             lambda x, y, z, op=op: TExpr.binary(op, matmul(y, x), matmul(z, x)),
-            guard=distributable,
-            guard_text=DISTRIBUTABLE,
+            guard=(distributable,),
             finite_only=True,
         ),
     )
@@ -124,8 +125,7 @@ SCALARS = (
         XYC,
         lambda x, y, c: matmul(mul(x, c), y),
         lambda x, y, c: mul(matmul(x, y), c),
-        guard=lambda c: is_scalar(c),
-        guard_text="c has rank 0",
+        guard=(scalar_factor,),
         finite_only=True,
     ),
     Identity(
@@ -134,8 +134,7 @@ SCALARS = (
         XYC,
         lambda x, y, c: matmul(x, mul(y, c)),
         lambda x, y, c: mul(matmul(x, y), c),
-        guard=lambda c: is_scalar(c),
-        guard_text="c has rank 0",
+        guard=(scalar_factor,),
         finite_only=True,
     ),
     Identity(
@@ -144,8 +143,7 @@ SCALARS = (
         XYC,
         lambda x, y, c: mul(matmul(x, y), c),
         lambda x, y, c: matmul(mul(x, c), y),
-        guard=lambda c: is_scalar(c),
-        guard_text="c has rank 0",
+        guard=(scalar_factor,),
         finite_only=True,
     ),
     Identity(
@@ -154,20 +152,16 @@ SCALARS = (
         XYC,
         lambda x, y, c: mul(matmul(x, y), c),
         lambda x, y, c: matmul(x, mul(y, c)),
-        guard=lambda c: is_scalar(c),
-        guard_text="c has rank 0",
+        guard=(scalar_factor,),
         finite_only=True,
     ),
 )
 
 
-
 def is_row_scale(r: TExpr, x: TExpr) -> list[FactLike]:
-    """Guard: `r` has the shape of `x` with a last dimension of 1 (one factor per row of x)."""
+    """r has the shape of x with a last dimension of 1 (one factor per row of x)."""
     return [eq(shape_of(r)).to(shape_of(x).pop().push(i64(1)))]
 
-
-ROW_SCALE = "shape(r) = shape(x) with the last dimension 1 (a factor per row)"
 
 # Scaling the rows of the left operand scales the rows of the product (softmax's division by
 # the row sums before @V moves after it: m*n divisions instead of m*k).
@@ -181,8 +175,7 @@ ROW_SCALES = tuple(
             XYR,
             lambda x, y, r, op=op: matmul(TExpr.binary(op, x, r), y),
             lambda x, y, r, op=op: TExpr.binary(op, matmul(x, y), r),
-            guard=lambda x, r: is_row_scale(r, x),
-            guard_text=ROW_SCALE,
+            guard=(is_row_scale,),
             finite_only=True,
         ),
         Identity(
@@ -191,8 +184,7 @@ ROW_SCALES = tuple(
             XYR,
             lambda x, y, r, op=op: TExpr.binary(op, matmul(x, y), r),
             lambda x, y, r, op=op: matmul(TExpr.binary(op, x, r), y),
-            guard=lambda x, r: is_row_scale(r, x),
-            guard_text=ROW_SCALE,
+            guard=(is_row_scale,),
             finite_only=True,
         ),
     )
@@ -205,8 +197,7 @@ TRANSPOSES = (
         XYP,
         lambda x, y, p: TExpr.transpose(matmul(x, y), p),
         lambda x, y, p: matmul(TExpr.transpose(y, p), TExpr.transpose(x, p)),
-        guard=lambda p: swaps_last_two(p),
-        guard_text="p swaps the last two axes (^T below)",
+        guard=(swaps_last_two,),
     ),
     Identity(
         "matmul-of-transposes",
@@ -214,8 +205,7 @@ TRANSPOSES = (
         XYP,
         lambda x, y, p: matmul(TExpr.transpose(y, p), TExpr.transpose(x, p)),
         lambda x, y, p: TExpr.transpose(matmul(x, y), p),
-        guard=lambda p: swaps_last_two(p),
-        guard_text="p swaps the last two axes (^T)",
+        guard=(swaps_last_two,),
     ),
 )
 

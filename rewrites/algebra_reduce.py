@@ -13,7 +13,7 @@ from egglog.egraph import FactLike
 from eqsat.core.terms import TExpr
 from eqsat.rewrites.algebra_elementwise import const, mul
 from eqsat.rewrites.algebra_facts import has_shape, same_shape, shape_of
-from eqsat.rewrites.rule import Identity
+from eqsat.rewrites.rule import Identity, Predicate
 
 INTS = Vec[i64]
 
@@ -27,11 +27,74 @@ def total(axis: i64, x: TExpr) -> TExpr:
 
 
 def invariant_along(y: TExpr, x: TExpr, axis: i64, combined: TExpr) -> list[FactLike]:
-    """Guard: `y` (right-aligned) has no dim at `axis` of `x`, and `combined` (x ∘ y) has x's
-    shape, so y is constant along `axis` and x keeps its shape."""
+    """`y` (right-aligned) has no dim at `axis` of `x`, and `combined` (x ∘ y) has x's shape.
+
+    So y is constant along `axis` and x keeps its shape."""
     return [
         shape_of(y).length() + axis < shape_of(x).length(),
         eq(shape_of(combined)).to(shape_of(x)),
+    ]
+
+
+# ---------------------------------------------------------------- guards
+
+
+def ordered_axes(i: i64, j: i64) -> list[FactLike]:
+    """j >= i: the same op twice in the other order is the same e-class."""
+    return [j >= i]
+
+
+def _invariant_term(op: str) -> Predicate:
+    """The guard of sum(x ∘ y, i) -> sum(x, i) ∘ y * n for `op` ∘ (add or sub)."""
+
+    def invariant_term(i: i64, x: TExpr, y: TExpr, n: f64) -> list[FactLike]:
+        """y has no dim at axis i of x and x ∘ y has x's shape (n = shape(x)[i])."""
+        return [
+            *invariant_along(y, x, i, TExpr.binary(op, x, y)),
+            eq(n).to(f64.from_i64(shape_of(x)[i])),
+        ]
+
+    return invariant_term
+
+
+def invariant_factor(i: i64, x: TExpr, y: TExpr) -> list[FactLike]:
+    """y has no dim at axis i of x and x * y has x's shape."""
+    return invariant_along(y, x, i, mul(x, y))
+
+
+def sum_over_added_axis(i: i64, x: TExpr, s: INTS, t: INTS, n: f64) -> list[FactLike]:
+    """Axis i is one the broadcast adds in front of x (t: the result shape, n = s[i])."""
+    return [
+        shape_of(x).length() + i < s.length(),
+        *has_shape(total(i, TExpr.broadcast(x, s)), t),
+        eq(n).to(f64.from_i64(s[i])),
+    ]
+
+
+def max_over_added_axis(i: i64, x: TExpr, s: INTS, t: INTS) -> list[FactLike]:
+    """Axis i is one the broadcast adds in front of x (t: the result shape)."""
+    return [
+        shape_of(x).length() + i < s.length(),
+        *has_shape(reduce("max", i, TExpr.broadcast(x, s)), t),
+    ]
+
+
+def over_columns(i: i64, x: TExpr, y: TExpr, s: INTS, t: INTS) -> list[FactLike]:
+    """i is the last axis (s: the shape of y, t: the result shape)."""
+    return [
+        *has_shape(y, s),
+        eq(i).to(s.length() - 1),
+        *has_shape(total(i, TExpr.matmul(x, y)), t),
+    ]
+
+
+def over_rows(i: i64, x: TExpr, y: TExpr, s: INTS, t: INTS, k: i64) -> list[FactLike]:
+    """i is the second-to-last axis (s: the shape of x, k: its last dim, t: the result shape)."""
+    return [
+        *has_shape(x, s),
+        eq(i).to(s.length() - 2),
+        eq(k).to(s[s.length() - 1]),
+        *has_shape(total(i, TExpr.matmul(x, y)), t),
     ]
 
 
@@ -42,8 +105,7 @@ AXES = (
         {"op": String, "i": i64, "j": i64, "x": TExpr},
         lambda op, i, j, x: reduce(op, j, reduce(op, i, x)),
         lambda op, i, j, x: reduce(op, i, reduce(op, j + 1, x)),
-        guard=lambda i, j: [j >= i],
-        guard_text="j >= i (same op twice; the other order is the same e-class)",
+        guard=(ordered_axes,),
     ),
 )
 
@@ -65,8 +127,7 @@ LINEARITY = (
                 {"i": i64, "x": TExpr, "y": TExpr},
                 lambda i, x, y, op=op: total(i, TExpr.binary(op, x, y)),
                 lambda i, x, y, op=op: TExpr.binary(op, total(i, x), total(i, y)),
-                guard=lambda x, y: same_shape(x, y),
-                guard_text="shape(x) = shape(y)",
+                guard=(same_shape,),
             ),
             Identity(
                 f"sum-merge-{op}",
@@ -74,8 +135,7 @@ LINEARITY = (
                 {"i": i64, "x": TExpr, "y": TExpr},
                 lambda i, x, y, op=op: TExpr.binary(op, total(i, x), total(i, y)),
                 lambda i, x, y, op=op: total(i, TExpr.binary(op, x, y)),
-                guard=lambda x, y: same_shape(x, y),
-                guard_text="shape(x) = shape(y)",
+                guard=(same_shape,),
             ),
             Identity(
                 f"sum-{op}-invariant",
@@ -83,11 +143,7 @@ LINEARITY = (
                 {"i": i64, "x": TExpr, "y": TExpr, "n": f64},
                 lambda i, x, y, op=op: total(i, TExpr.binary(op, x, y)),
                 lambda i, x, y, n, op=op: TExpr.binary(op, total(i, x), mul(y, const(n))),
-                guard=lambda i, x, y, n, op=op: [
-                    *invariant_along(y, x, i, TExpr.binary(op, x, y)),
-                    eq(n).to(f64.from_i64(shape_of(x)[i])),
-                ],
-                guard_text="y has no dim at axis i and x ∘ y has x's shape",
+                guard=(_invariant_term(op),),
             ),
         )
     ),
@@ -97,8 +153,7 @@ LINEARITY = (
         {"i": i64, "x": TExpr, "y": TExpr},
         lambda i, x, y: total(i, mul(x, y)),
         lambda i, x, y: mul(total(i, x), y),
-        guard=lambda i, x, y: invariant_along(y, x, i, mul(x, y)),
-        guard_text="y has no dim at axis i and x * y has x's shape",
+        guard=(invariant_factor,),
         finite_only=True,
     ),
 )
@@ -110,12 +165,7 @@ BROADCASTS = (
         {"i": i64, "x": TExpr, "s": INTS, "t": INTS, "n": f64},
         lambda i, x, s: total(i, TExpr.broadcast(x, s)),
         lambda x, t, n: mul(TExpr.broadcast(x, t), const(n)),
-        guard=lambda i, x, s, t, n: [
-            shape_of(x).length() + i < s.length(),
-            *has_shape(total(i, TExpr.broadcast(x, s)), t),
-            eq(n).to(f64.from_i64(s[i])),
-        ],
-        guard_text="axis i is one the broadcast adds in front of x (t: the result shape)",
+        guard=(sum_over_added_axis,),
     ),
     Identity(
         "max-broadcast",
@@ -123,11 +173,7 @@ BROADCASTS = (
         {"i": i64, "x": TExpr, "s": INTS, "t": INTS},
         lambda i, x, s: reduce("max", i, TExpr.broadcast(x, s)),
         lambda x, t: TExpr.broadcast(x, t),
-        guard=lambda i, x, s, t: [
-            shape_of(x).length() + i < s.length(),
-            *has_shape(reduce("max", i, TExpr.broadcast(x, s)), t),
-        ],
-        guard_text="axis i is one the broadcast adds in front of x (t: the result shape)",
+        guard=(max_over_added_axis,),
     ),
 )
 
@@ -142,12 +188,7 @@ MATMUL = (
         lambda i, x, y, s, t: TExpr.reshape(
             TExpr.matmul(x, TExpr.reshape(total(i, y), s.pop().push(1))), t
         ),
-        guard=lambda i, x, y, s, t: [
-            *has_shape(y, s),
-            eq(i).to(s.length() - 1),
-            *has_shape(total(i, TExpr.matmul(x, y)), t),
-        ],
-        guard_text="i is the last axis (s: the shape of y, t: the result shape)",
+        guard=(over_columns,),
         finite_only=True,
     ),
     Identity(
@@ -158,14 +199,7 @@ MATMUL = (
         lambda i, x, y, s, t, k: TExpr.reshape(
             TExpr.matmul(TExpr.reshape(total(i, x), s.pop().pop().push(1).push(k)), y), t
         ),
-        guard=lambda i, x, y, s, t, k: [
-            *has_shape(x, s),
-            eq(i).to(s.length() - 2),
-            eq(k).to(s[s.length() - 1]),
-            *has_shape(total(i, TExpr.matmul(x, y)), t),
-        ],
-        guard_text="i is the second-to-last axis (s: the shape of x, k: its last dim, "
-        "t: the result shape)",
+        guard=(over_rows,),
         finite_only=True,
     ),
 )

@@ -17,16 +17,25 @@ Facts (all conservative: a merge of two e-classes only ever widens them):
 - `mixed(s, c)`: buffers that `s` touches through index lists with no common dimension holding
   plain `c`. Every other buffer is partitioned by `c` along that dimension: iterations with
   different values of `c` touch disjoint elements of it.
+- Helpers: `loads(v)` and `scalar_footprint(v, b)`, the same for a scalar expression;
+  `asks_footprint(f, c)`, the footprints `shared_dims` is asked for; `length(ix)`; and
+  `not_axis(h, c)`: index `h` is not the plain named axis `c`.
 
-The guards built from these facts are `independent` and `reorderable` at the bottom.
+Each rule is named after the fact it derives and the form it matches (`extent-of-outer`), with a
+comment stating the fact; one generator per fact (`_extent_rules`, ...) yields them, and
+`register_in_order` keeps their order. The guards built from these facts are `independent` and
+`reorderable` at the bottom.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import inspect
+from collections.abc import Callable, Iterable
+from typing import get_type_hints
 
 from egglog import (
     EGraph,
+    Ruleset,
     Set,
     String,
     Vec,
@@ -36,10 +45,11 @@ from egglog import (
     i64,
     ne,
     relation,
-    rewrite,
     rule,
     ruleset,
     set_,
+    union,
+    var,
 )
 from egglog.egraph import FactLike, RewriteOrRule
 
@@ -110,212 +120,446 @@ not_axis = relation("not_axis", Index, Axis)
 
 analysis = ruleset(name="analysis")
 
+RuleGenerator = Callable[..., Iterable[RewriteOrRule]]
 
-@analysis.register
-def _scalar_loads(
-    v: Scalar,
+
+def register_in_order(rules: Ruleset, *generators: RuleGenerator) -> None:
+    """Register the rules `generators` yield on `rules`, in the order listed.
+
+    Each generator is called like one given to `Ruleset.register`: with an egglog variable per
+    parameter, named and typed by it. One deferred generator calls them all, so their rules keep
+    the order listed: egglog calls a ruleset's deferred generators last-registered first, and
+    the order of a ruleset's rules is the order their matches make e-nodes in, which decides
+    e-class ids and so extraction ties.
+    """
+
+    def in_order() -> Iterable[RewriteOrRule]:
+        for generator in generators:
+            hints = get_type_hints(generator)
+            names = inspect.signature(generator).parameters
+            yield from generator(*(var(name, hints[name]) for name in names))
+
+    rules.register(in_order)
+
+
+# ---------------------------------------------------------------- facts about scalars
+
+
+def _loads_rules(
+    value: Scalar,
     x: Scalar,
     y: Scalar,
     z: Scalar,
-    b: String,
+    buffer: String,
     op: String,
     ix: IndexList,
-    value: f64,
-    s1: Set[String],
-    s2: Set[String],
-    s3: Set[String],
-    f1: Footprint,
-    f2: Footprint,
-    f3: Footprint,
+    number: f64,
+    loads_x: Set[String],
+    loads_y: Set[String],
+    loads_z: Set[String],
 ) -> Iterable[RewriteOrRule]:
-    yield rule(eq(v).to(Scalar.load(b, ix))).then(
-        set_(loads(v)).to(Set(b)), set_(scalar_footprint(v, b)).to(Footprint.at(ix))
+    # loads(buffer[ix]) = {buffer}; scalar_footprint(buffer[ix], buffer) = at(ix)
+    yield rule(eq(value).to(Scalar.load(buffer, ix)), name="loads-of-load").then(
+        set_(loads(value)).to(Set(buffer)),
+        set_(scalar_footprint(value, buffer)).to(Footprint.at(ix)),
     )
-    yield rule(eq(v).to(Scalar.const(value))).then(set_(loads(v)).to(EMPTY))
-    yield rule(eq(v).to(Scalar.unary(op, x)), eq(s1).to(loads(x))).then(set_(loads(v)).to(s1))
-    yield rule(eq(v).to(Scalar.binary(op, x, y)), eq(s1).to(loads(x)), eq(s2).to(loads(y))).then(
-        set_(loads(v)).to(s1 | s2)
+    # loads(number) = {}
+    yield rule(eq(value).to(Scalar.const(number)), name="loads-of-const").then(
+        set_(loads(value)).to(EMPTY)
     )
+    # loads(op(x)) = loads(x)
     yield rule(
-        eq(v).to(Scalar.where(x, y, z)),
-        eq(s1).to(loads(x)),
-        eq(s2).to(loads(y)),
-        eq(s3).to(loads(z)),
-    ).then(set_(loads(v)).to(s1 | s2 | s3))
-    # footprints flow up from every operand
-    yield rule(eq(v).to(Scalar.unary(op, x)), eq(f1).to(scalar_footprint(x, b))).then(
-        set_(scalar_footprint(v, b)).to(f1)
-    )
-    for operand in (x, y):
-        yield rule(eq(v).to(Scalar.binary(op, x, y)), eq(f1).to(scalar_footprint(operand, b))).then(
-            set_(scalar_footprint(v, b)).to(f1)
-        )
-    for operand in (x, y, z):
-        yield rule(eq(v).to(Scalar.where(x, y, z)), eq(f1).to(scalar_footprint(operand, b))).then(
-            set_(scalar_footprint(v, b)).to(f1)
-        )
-    del f2, f3
+        eq(value).to(Scalar.unary(op, x)), eq(loads_x).to(loads(x)), name="loads-of-unary"
+    ).then(set_(loads(value)).to(loads_x))
+    # loads(x op y) = loads(x) | loads(y)
+    yield rule(
+        eq(value).to(Scalar.binary(op, x, y)),
+        eq(loads_x).to(loads(x)),
+        eq(loads_y).to(loads(y)),
+        name="loads-of-binary",
+    ).then(set_(loads(value)).to(loads_x | loads_y))
+    # loads(where(x, y, z)) = loads(x) | loads(y) | loads(z)
+    yield rule(
+        eq(value).to(Scalar.where(x, y, z)),
+        eq(loads_x).to(loads(x)),
+        eq(loads_y).to(loads(y)),
+        eq(loads_z).to(loads(z)),
+        name="loads-of-where",
+    ).then(set_(loads(value)).to(loads_x | loads_y | loads_z))
 
 
-@analysis.register
-def _statement_buffers(
-    s: Stmt,
-    x: Stmt,
-    y: Stmt,
-    v: Scalar,
-    a: Axis,
-    k: LoopKind,
-    b: String,
-    c: String,
-    ix: IndexList,
-    shape: Vec[i64],
-    f1: Footprint,
-    s1: Set[String],
-    s2: Set[String],
-    s3: Set[String],
-    s4: Set[String],
-    s5: Set[String],
-    t1: Set[String],
-    t2: Set[String],
-    t3: Set[String],
-    t4: Set[String],
-    t5: Set[String],
+def _scalar_footprint_rules(
+    value: Scalar, x: Scalar, y: Scalar, z: Scalar, buffer: String, op: String, fp: Footprint
 ) -> Iterable[RewriteOrRule]:
-    yield rule(eq(s).to(Stmt.store(b, ix, v)), eq(s1).to(loads(v))).then(
-        set_(writes(s)).to(Set(b)),
-        set_(stores(s)).to(Set(b)),
-        set_(sums(s)).to(EMPTY),
-        set_(maxes(s)).to(EMPTY),
-        set_(reads(s)).to(s1),
-        set_(footprint(s, b)).to(Footprint.at(ix)),
+    # scalar_footprint(op(x), buffer) joins scalar_footprint(x, buffer)
+    yield rule(
+        eq(value).to(Scalar.unary(op, x)),
+        eq(fp).to(scalar_footprint(x, buffer)),
+        name="scalar-footprint-of-unary",
+    ).then(set_(scalar_footprint(value, buffer)).to(fp))
+    # scalar_footprint(x op y, buffer) joins the operand's, for each operand
+    for side, operand in (("left", x), ("right", y)):
+        yield rule(
+            eq(value).to(Scalar.binary(op, x, y)),
+            eq(fp).to(scalar_footprint(operand, buffer)),
+            name=f"scalar-footprint-of-binary-{side}",
+        ).then(set_(scalar_footprint(value, buffer)).to(fp))
+    # scalar_footprint(where(x, y, z), buffer) joins the operand's, for each operand
+    for part, operand in (("condition", x), ("then", y), ("else", z)):
+        yield rule(
+            eq(value).to(Scalar.where(x, y, z)),
+            eq(fp).to(scalar_footprint(operand, buffer)),
+            name=f"scalar-footprint-of-where-{part}",
+        ).then(set_(scalar_footprint(value, buffer)).to(fp))
+
+
+# ---------------------------------------------------------------- facts about statements
+
+BUFFER_SETS = {"writes": writes, "stores": stores, "sums": sums, "maxes": maxes, "reads": reads}
+
+
+def _buffer_sets(prefix: str) -> dict[str, Set[String]]:
+    """A variable for each of the five buffer sets of one statement, named `prefix_<set>`."""
+    return {name: var(f"{prefix}_{name}", Set[String]) for name in BUFFER_SETS}
+
+
+def _write_rules(
+    stmt: Stmt, buffer: String, ix: IndexList, value: Scalar, loaded: Set[String]
+) -> Iterable[RewriteOrRule]:
+    # buffer[ix] = value: writes = stores = {buffer}, reads = loads(value), footprint = at(ix)
+    yield rule(
+        eq(stmt).to(Stmt.store(buffer, ix, value)),
+        eq(loaded).to(loads(value)),
+        name="buffers-of-store",
+    ).then(
+        set_(writes(stmt)).to(Set(buffer)),
+        set_(stores(stmt)).to(Set(buffer)),
+        set_(sums(stmt)).to(EMPTY),
+        set_(maxes(stmt)).to(EMPTY),
+        set_(reads(stmt)).to(loaded),
+        set_(footprint(stmt, buffer)).to(Footprint.at(ix)),
     )
     for op, kind, other in (("sum", sums, maxes), ("max", maxes, sums)):
-        yield rule(eq(s).to(Stmt.accumulate(b, ix, op, v)), eq(s1).to(loads(v))).then(
-            set_(writes(s)).to(Set(b)),
-            set_(stores(s)).to(EMPTY),
-            set_(kind(s)).to(Set(b)),
-            set_(other(s)).to(EMPTY),
-            set_(reads(s)).to(s1),
-            set_(footprint(s, b)).to(Footprint.at(ix)),
-        )
-    for op in ("sum", "max"):
-        yield rule(eq(s).to(Stmt.accumulate(b, ix, op, v)), eq(f1).to(scalar_footprint(v, c))).then(
-            set_(footprint(s, c)).to(f1)
-        )
-    yield rule(eq(s).to(Stmt.store(b, ix, v)), eq(f1).to(scalar_footprint(v, c))).then(
-        set_(footprint(s, c)).to(f1)
-    )
-    facts = (writes, stores, sums, maxes, reads)
-    for wrapper in (Stmt.loop(a, k, x), Stmt.alloc(b, shape, x)):
+        # buffer[ix] op= value: writes = sums (maxes) = {buffer}, reads = loads(value), at(ix)
         yield rule(
-            eq(s).to(wrapper),
-            *(eq(t).to(f(x)) for t, f in zip((s1, s2, s3, s4, s5), facts, strict=True)),
-        ).then(*(set_(f(s)).to(t) for t, f in zip((s1, s2, s3, s4, s5), facts, strict=True)))
-        yield rule(eq(s).to(wrapper), eq(f1).to(footprint(x, c))).then(set_(footprint(s, c)).to(f1))
+            eq(stmt).to(Stmt.accumulate(buffer, ix, op, value)),
+            eq(loaded).to(loads(value)),
+            name=f"buffers-of-accumulate-{op}",
+        ).then(
+            set_(writes(stmt)).to(Set(buffer)),
+            set_(stores(stmt)).to(EMPTY),
+            set_(kind(stmt)).to(Set(buffer)),
+            set_(other(stmt)).to(EMPTY),
+            set_(reads(stmt)).to(loaded),
+            set_(footprint(stmt, buffer)).to(Footprint.at(ix)),
+        )
+
+
+def _value_footprint_rules(
+    stmt: Stmt, buffer: String, ix: IndexList, value: Scalar, read: String, fp: Footprint
+) -> Iterable[RewriteOrRule]:
+    for op in ("sum", "max"):
+        # footprint(buffer[ix] op= value, read) joins scalar_footprint(value, read)
+        yield rule(
+            eq(stmt).to(Stmt.accumulate(buffer, ix, op, value)),
+            eq(fp).to(scalar_footprint(value, read)),
+            name=f"footprint-of-accumulate-{op}-value",
+        ).then(set_(footprint(stmt, read)).to(fp))
+    # footprint(buffer[ix] = value, read) joins scalar_footprint(value, read)
     yield rule(
-        eq(s).to(Stmt.seq(x, y)),
-        *(eq(t).to(f(x)) for t, f in zip((s1, s2, s3, s4, s5), facts, strict=True)),
-        *(eq(t).to(f(y)) for t, f in zip((t1, t2, t3, t4, t5), facts, strict=True)),
+        eq(stmt).to(Stmt.store(buffer, ix, value)),
+        eq(fp).to(scalar_footprint(value, read)),
+        name="footprint-of-store-value",
+    ).then(set_(footprint(stmt, read)).to(fp))
+
+
+def _nest_rules(
+    stmt: Stmt,
+    body: Stmt,
+    axis: Axis,
+    kind: LoopKind,
+    buffer: String,
+    shape: Vec[i64],
+    touched: String,
+    fp: Footprint,
+) -> Iterable[RewriteOrRule]:
+    inner = _buffer_sets("body")
+    for form, nest in (
+        ("loop", Stmt.loop(axis, kind, body)),
+        ("alloc", Stmt.alloc(buffer, shape, body)),
+    ):
+        # each buffer set of the nest (writes, stores, sums, maxes, reads) is its body's
+        yield rule(
+            eq(stmt).to(nest),
+            *(eq(inner[name]).to(fact(body)) for name, fact in BUFFER_SETS.items()),
+            name=f"buffers-of-{form}",
+        ).then(*(set_(fact(stmt)).to(inner[name]) for name, fact in BUFFER_SETS.items()))
+        # footprint(nest, touched) joins footprint(body, touched)
+        yield rule(
+            eq(stmt).to(nest), eq(fp).to(footprint(body, touched)), name=f"footprint-of-{form}"
+        ).then(set_(footprint(stmt, touched)).to(fp))
+
+
+def _seq_rules(
+    stmt: Stmt, first: Stmt, second: Stmt, touched: String, fp: Footprint
+) -> Iterable[RewriteOrRule]:
+    of_first, of_second = _buffer_sets("first"), _buffer_sets("second")
+    # each buffer set of first; second is the union of theirs
+    yield rule(
+        eq(stmt).to(Stmt.seq(first, second)),
+        *(eq(of_first[name]).to(fact(first)) for name, fact in BUFFER_SETS.items()),
+        *(eq(of_second[name]).to(fact(second)) for name, fact in BUFFER_SETS.items()),
+        name="buffers-of-seq",
     ).then(
         *(
-            set_(f(s)).to(p | q)
-            for p, q, f in zip((s1, s2, s3, s4, s5), (t1, t2, t3, t4, t5), facts, strict=True)
+            set_(fact(stmt)).to(of_first[name] | of_second[name])
+            for name, fact in BUFFER_SETS.items()
         )
     )
-    for part in (x, y):
-        yield rule(eq(s).to(Stmt.seq(x, y)), eq(f1).to(footprint(part, c))).then(
-            set_(footprint(s, c)).to(f1)
-        )
+    # footprint(first; second, touched) joins the footprint of each part
+    for label, part in (("first", first), ("second", second)):
+        yield rule(
+            eq(stmt).to(Stmt.seq(first, second)),
+            eq(fp).to(footprint(part, touched)),
+            name=f"footprint-of-seq-{label}",
+        ).then(set_(footprint(stmt, touched)).to(fp))
 
 
-@analysis.register
-def _axes(
-    s: Stmt,
-    x: Stmt,
-    y: Stmt,
-    a: Axis,
-    c: Axis,
-    k: LoopKind,
-    b: String,
-    t: i64,
-    n: String,
-    e: i64,
-    h: Index,
-    ix: IndexList,
-    tail: IndexList,
-    parent: Axis,
-    shape: Vec[i64],
-    fp: Footprint,
-    fp2: Footprint,
-    n2: String,
-    e2: i64,
-    h2: Index,
-    h3: Index,
-    fp3: Footprint,
-    d: Set[i64],
-    d2: Set[i64],
+# ---------------------------------------------------------------- facts about axes and nests
+
+
+def _footprint_join_rules(joined: Footprint, fp: Footprint) -> Iterable[RewriteOrRule]:
+    # join(fp, fp) = fp
+    yield rule(eq(joined).to(Footprint.join(fp, fp)), name="join-idempotent").then(
+        union(joined).with_(fp)
+    )
+
+
+def _extent_rules(
+    axis: Axis, parent: Axis, axis_name: String, size: i64, tile: i64
 ) -> Iterable[RewriteOrRule]:
-    yield rewrite(Footprint.join(fp, fp)).to(fp)
-    yield rule(eq(a).to(Axis.named(n, e))).then(base_of(a, a), set_(extent(a)).to(e))
-    yield rule(eq(a).to(Axis.inner(parent, t))).then(set_(extent(a)).to(t))
-    yield rule(eq(a).to(Axis.outer(parent, t)), eq(e).to(extent(parent))).then(
-        set_(extent(a)).to((e + t - i64(1)) / t)  # ceil: a remainder tile counts
+    # extent(named(axis_name, size)) = size; base_of(axis, axis): a named axis walks itself
+    yield rule(eq(axis).to(Axis.named(axis_name, size)), name="extent-of-named").then(
+        base_of(axis, axis), set_(extent(axis)).to(size)
     )
-    yield rule(top(s), eq(s).to(Stmt.seq(x, y))).then(top(x), top(y))
-    yield rule(top(s), eq(s).to(Stmt.alloc(b, shape, x))).then(top(x))
-    yield rule(top(s), eq(s).to(Stmt.loop(a, k, x))).then(top_loop(a, x))
-    yield rule(eq(a).to(Axis.outer(parent, t)), base_of(parent, c)).then(base_of(a, c))
-    yield rule(eq(a).to(Axis.inner(parent, t)), base_of(parent, c)).then(base_of(a, c))
-    # which statements run inside a loop over (a split of) c
-    yield rule(eq(s).to(Stmt.loop(a, k, x)), base_of(a, c)).then(asks(x, c))
-    yield rule(eq(s).to(Stmt.loop(a, k, x)), asks(s, c)).then(asks(x, c))
-    yield rule(eq(s).to(Stmt.alloc(b, shape, x)), asks(s, c)).then(asks(x, c))
-    yield rule(eq(s).to(Stmt.seq(x, y)), asks(s, c)).then(asks(x, c), asks(y, c))
-    # Buffers NOT partitioned by c. Only this complement may be derived, and only from a
+    # extent(parent.inner(tile)) = tile
+    yield rule(eq(axis).to(Axis.inner(parent, tile)), name="extent-of-inner").then(
+        set_(extent(axis)).to(tile)
+    )
+    # extent(parent.outer(tile)) = ceil(extent(parent) / tile): a remainder tile counts
+    yield rule(
+        eq(axis).to(Axis.outer(parent, tile)), eq(size).to(extent(parent)), name="extent-of-outer"
+    ).then(set_(extent(axis)).to((size + tile - i64(1)) / tile))
+
+
+def _top_rules(
+    stmt: Stmt,
+    first: Stmt,
+    second: Stmt,
+    body: Stmt,
+    axis: Axis,
+    kind: LoopKind,
+    buffer: String,
+    shape: Vec[i64],
+) -> Iterable[RewriteOrRule]:
+    # top(first; second) gives top(first) and top(second)
+    yield rule(top(stmt), eq(stmt).to(Stmt.seq(first, second)), name="top-of-seq").then(
+        top(first), top(second)
+    )
+    # top(alloc buffer: body) gives top(body)
+    yield rule(top(stmt), eq(stmt).to(Stmt.alloc(buffer, shape, body)), name="top-of-alloc").then(
+        top(body)
+    )
+    # top(for axis: body) gives top_loop(axis, body)
+    yield rule(top(stmt), eq(stmt).to(Stmt.loop(axis, kind, body)), name="top-loop").then(
+        top_loop(axis, body)
+    )
+
+
+def _base_of_rules(axis: Axis, parent: Axis, tile: i64, base: Axis) -> Iterable[RewriteOrRule]:
+    # base_of(parent, base) gives base_of(parent.outer(tile), base)
+    yield rule(
+        eq(axis).to(Axis.outer(parent, tile)), base_of(parent, base), name="base-of-outer"
+    ).then(base_of(axis, base))
+    # base_of(parent, base) gives base_of(parent.inner(tile), base)
+    yield rule(
+        eq(axis).to(Axis.inner(parent, tile)), base_of(parent, base), name="base-of-inner"
+    ).then(base_of(axis, base))
+
+
+def _asks_rules(
+    stmt: Stmt,
+    body: Stmt,
+    first: Stmt,
+    second: Stmt,
+    axis: Axis,
+    kind: LoopKind,
+    base: Axis,
+    buffer: String,
+    shape: Vec[i64],
+) -> Iterable[RewriteOrRule]:
+    # asks(body, base) for the body of a loop over an axis that walks base
+    yield rule(
+        eq(stmt).to(Stmt.loop(axis, kind, body)), base_of(axis, base), name="asks-of-loop-axis"
+    ).then(asks(body, base))
+    # asks(stmt, base) gives asks(body, base) for the body of loop stmt
+    yield rule(
+        eq(stmt).to(Stmt.loop(axis, kind, body)), asks(stmt, base), name="asks-of-loop-body"
+    ).then(asks(body, base))
+    # asks(stmt, base) gives asks(body, base) for the body of alloc stmt
+    yield rule(
+        eq(stmt).to(Stmt.alloc(buffer, shape, body)), asks(stmt, base), name="asks-of-alloc-body"
+    ).then(asks(body, base))
+    # asks(first; second, base) gives asks(first, base) and asks(second, base)
+    yield rule(
+        eq(stmt).to(Stmt.seq(first, second)), asks(stmt, base), name="asks-of-seq-parts"
+    ).then(asks(first, base), asks(second, base))
+
+
+def _mixed_rules(
+    stmt: Stmt,
+    base: Axis,
+    buffer: String,
+    fp: Footprint,
+    left: Footprint,
+    right: Footprint,
+    ix: IndexList,
+    dims: Set[i64],
+    other_dims: Set[i64],
+) -> Iterable[RewriteOrRule]:
+    # Buffers NOT partitioned by base. Only this complement may be derived, and only from a
     # complete fact: shared_dims of a footprint exists once every index list in it is known, and
     # it only shrinks as the footprint widens, so "no shared dimension" is final.
-    yield rule(asks(s, c)).then(set_(mixed(s, c)).to(EMPTY))
-    yield rule(asks(s, c), eq(footprint(s, b)).to(fp)).then(asks_footprint(fp, c))
-    yield rule(asks_footprint(fp, c), eq(fp).to(Footprint.join(fp2, fp3))).then(
-        asks_footprint(fp2, c), asks_footprint(fp3, c)
+    # mixed(stmt, base) = {} for every asked pair, before any buffer is found mixed
+    yield rule(asks(stmt, base), name="mixed-of-asked").then(set_(mixed(stmt, base)).to(EMPTY))
+    # asks_footprint(footprint(stmt, buffer), base) for every buffer an asked stmt touches
+    yield rule(
+        asks(stmt, base), eq(footprint(stmt, buffer)).to(fp), name="asks-footprint-of-asked"
+    ).then(asks_footprint(fp, base))
+    # asks_footprint(join(left, right), base) gives it for left and right
+    yield rule(
+        asks_footprint(fp, base),
+        eq(fp).to(Footprint.join(left, right)),
+        name="asks-footprint-of-join-parts",
+    ).then(asks_footprint(left, base), asks_footprint(right, base))
+    # shared_dims(at(ix), base) = plain_dims(ix, base)
+    yield rule(
+        asks_footprint(fp, base),
+        eq(fp).to(Footprint.at(ix)),
+        eq(dims).to(plain_dims(ix, base)),
+        name="shared-dims-of-at",
+    ).then(set_(shared_dims(fp, base)).to(dims))
+    # shared_dims(join(left, right), base) = shared_dims(left, base) & shared_dims(right, base)
+    yield rule(
+        eq(fp).to(Footprint.join(left, right)),
+        eq(dims).to(shared_dims(left, base)),
+        eq(other_dims).to(shared_dims(right, base)),
+        name="shared-dims-of-join",
+    ).then(set_(shared_dims(fp, base)).to(dims & other_dims))
+    # mixed(stmt, base) holds buffer if shared_dims(footprint(stmt, buffer), base) is empty
+    yield rule(
+        asks(stmt, base),
+        eq(fp).to(footprint(stmt, buffer)),
+        eq(shared_dims(fp, base)).to(EMPTY_DIMS),
+        name="mixed-of-unshared",
+    ).then(set_(mixed(stmt, base)).to(Set(buffer)))
+
+
+def _length_rules(ix: IndexList, head: Index, rest: IndexList, n: i64) -> Iterable[RewriteOrRule]:
+    # length(nil) = 0
+    yield rule(eq(ix).to(IndexList.nil()), name="length-of-nil").then(set_(length(ix)).to(i64(0)))
+    # length(cons(head, rest)) = length(rest) + 1
+    yield rule(
+        eq(ix).to(IndexList.cons(head, rest)), eq(n).to(length(rest)), name="length-of-cons"
+    ).then(set_(length(ix)).to(n + 1))
+
+
+def _plain_dims_rules(
+    ix: IndexList,
+    head: Index,
+    rest: IndexList,
+    base: Axis,
+    axis_name: String,
+    size: i64,
+    dims: Set[i64],
+    dim: i64,
+) -> Iterable[RewriteOrRule]:
+    # plain_dims(nil, base) = {} for a named axis base
+    yield rule(eq(base).to(Axis.named(axis_name, size)), name="plain-dims-of-nil").then(
+        set_(plain_dims(IndexList.nil(), base)).to(EMPTY_DIMS)
     )
+    # plain_dims(cons(plain base, rest), base) = plain_dims(rest, base) | {length(rest)}
     yield rule(
-        asks_footprint(fp, c), eq(fp).to(Footprint.at(ix)), eq(d).to(plain_dims(ix, c))
-    ).then(set_(shared_dims(fp, c)).to(d))
+        eq(ix).to(IndexList.cons(Index.axis(base), rest)),
+        eq(dims).to(plain_dims(rest, base)),
+        eq(dim).to(length(rest)),
+        name="plain-dims-of-cons-plain",
+    ).then(set_(plain_dims(ix, base)).to(dims | Set(dim)))
+    # plain_dims(cons(head, rest), base) = plain_dims(rest, base) when head is not plain base
     yield rule(
-        eq(fp).to(Footprint.join(fp2, fp3)),
-        eq(d).to(shared_dims(fp2, c)),
-        eq(d2).to(shared_dims(fp3, c)),
-    ).then(set_(shared_dims(fp, c)).to(d & d2))
-    yield rule(
-        asks(s, c), eq(fp).to(footprint(s, b)), eq(shared_dims(fp, c)).to(EMPTY_DIMS)
-    ).then(set_(mixed(s, c)).to(Set(b)))
-    named = Axis.named(n, e)
-    yield rule(eq(ix).to(IndexList.nil())).then(set_(length(ix)).to(i64(0)))
-    yield rule(eq(ix).to(IndexList.cons(h, tail)), eq(t).to(length(tail))).then(
-        set_(length(ix)).to(t + 1)
-    )
-    yield rule(eq(c).to(named)).then(set_(plain_dims(IndexList.nil(), c)).to(EMPTY_DIMS))
-    yield rule(
-        eq(ix).to(IndexList.cons(Index.axis(c), tail)),
-        eq(d).to(plain_dims(tail, c)),
-        eq(t).to(length(tail)),
-    ).then(set_(plain_dims(ix, c)).to(d | Set(t)))
-    yield rule(
-        eq(ix).to(IndexList.cons(h, tail)), eq(d).to(plain_dims(tail, c)), not_axis(h, c)
-    ).then(set_(plain_dims(ix, c)).to(d))
-    for other in (
-        Index.const(t),
-        Index.add(h, h2),
-        Index.scale(h, t),
-        Index.div(h, t),
-        Index.mod(h, t),
+        eq(ix).to(IndexList.cons(head, rest)),
+        eq(dims).to(plain_dims(rest, base)),
+        not_axis(head, base),
+        name="plain-dims-of-cons-other",
+    ).then(set_(plain_dims(ix, base)).to(dims))
+
+
+def _not_axis_rules(
+    index: Index,
+    left: Index,
+    right: Index,
+    k: i64,
+    base: Axis,
+    axis_name: String,
+    size: i64,
+    other_name: String,
+    other_size: i64,
+) -> Iterable[RewriteOrRule]:
+    named = Axis.named(axis_name, size)
+    for form, other in (
+        ("const", Index.const(k)),
+        ("add", Index.add(left, right)),
+        ("scale", Index.scale(left, k)),
+        ("div", Index.div(left, k)),
+        ("mod", Index.mod(left, k)),
     ):
-        yield rule(eq(h3).to(other), eq(c).to(named)).then(not_axis(h3, c))
-    for differs in (ne(n).to(n2), ne(e).to(e2)):
-        yield rule(eq(h).to(Index.axis(Axis.named(n2, e2))), eq(c).to(named), differs).then(
-            not_axis(h, c)
+        # not_axis(index, base) for an index of this form and a named axis base
+        yield rule(eq(index).to(other), eq(base).to(named), name=f"not-axis-{form}").then(
+            not_axis(index, base)
         )
+    for differs_in, differs in (
+        ("name", ne(axis_name).to(other_name)),
+        ("extent", ne(size).to(other_size)),
+    ):
+        # not_axis(index, base) for plain another named axis, of another name or extent
+        yield rule(
+            eq(index).to(Index.axis(Axis.named(other_name, other_size))),
+            eq(base).to(named),
+            differs,
+            name=f"not-axis-other-{differs_in}",
+        ).then(not_axis(index, base))
+
+
+# annotate.py registers its facts on this ruleset after these, so they come first (see
+# `register_in_order`); keep the order: it is the order the rules' matches make e-nodes in.
+register_in_order(
+    analysis,
+    _footprint_join_rules,
+    _extent_rules,
+    _top_rules,
+    _base_of_rules,
+    _asks_rules,
+    _mixed_rules,
+    _length_rules,
+    _plain_dims_rules,
+    _not_axis_rules,
+    _write_rules,
+    _value_footprint_rules,
+    _nest_rules,
+    _seq_rules,
+    _loads_rules,
+    _scalar_footprint_rules,
+)
 
 
 def mark_program(egraph: EGraph, body: Stmt) -> None:
@@ -323,16 +567,20 @@ def mark_program(egraph: EGraph, body: Stmt) -> None:
     egraph.register(top(body))
 
 
-def independent(body: Stmt, base: Axis) -> list[FactLike]:
-    """Guard: iterations of a loop over (a split of) `base` around `body` touch disjoint
-    elements of every buffer the body writes, so they may run in any order or in parallel."""
-    return [eq(writes(body) & mixed(body, base)).to(EMPTY)]
+def independent(body: Stmt, c: Axis) -> list[FactLike]:
+    """Iterations of body over c touch disjoint elements of every buffer it writes.
+
+    A loop over (a split of) named axis `c` around `body` may then run its iterations in any
+    order or in parallel."""
+    return [eq(writes(body) & mixed(body, c)).to(EMPTY)]
 
 
-def reorderable(body: Stmt, base: Axis) -> list[FactLike]:
-    """Guard: iterations over `base` may run in any order (not in parallel): every written
-    buffer is partitioned, or only accumulated with one op and never loaded or stored
-    (reassociating float sums is allowed, ARCHITECTURE §4)."""
+def reorderable(body: Stmt, c: Axis) -> list[FactLike]:
+    """Iterations of body over c commute: each written buffer is partitioned or only accumulated.
+
+    They may run in any order (not in parallel): every buffer `body` writes is partitioned by
+    `c`, or only accumulated with one op and never loaded or stored (reassociating float sums
+    is allowed, ARCHITECTURE §4)."""
     commutative = ((sums(body) - maxes(body)) | (maxes(body) - sums(body))) - stores(body)
     only_accumulated = commutative - reads(body)
-    return [eq((writes(body) & mixed(body, base)) - only_accumulated).to(EMPTY)]
+    return [eq((writes(body) & mixed(body, c)) - only_accumulated).to(EMPTY)]

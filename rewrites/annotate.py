@@ -18,10 +18,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from egglog import Ruleset, String, eq, i64, relation, rule, ruleset
-from egglog.egraph import RewriteOrRule
+from egglog.egraph import FactLike, RewriteOrRule
 
 from eqsat.core.terms import Axis, Index, IndexList, LoopKind, Scalar, Stmt
-from eqsat.rewrites.analysis import analysis, base_of, extent, independent, top_loop
+from eqsat.rewrites.analysis import (
+    analysis,
+    base_of,
+    extent,
+    independent,
+    register_in_order,
+    top_loop,
+)
 from eqsat.rewrites.rule import Identity
 
 SERIAL = LoopKind.serial()
@@ -33,31 +40,88 @@ unit_stride = relation("unit_stride", Axis, Axis)  # a loop over a walks c with 
 straight = relation("straight", Stmt)  # one store or accumulate, maybe in vector/unrolled loops
 
 
-@analysis.register
-def _vector_facts(
-    ix: IndexList,
-    tail: IndexList,
-    head: Index,
-    a: Axis,
-    p: Axis,
-    c: Axis,
-    name: String,
-    size: i64,
-    tile: i64,
-    s: Stmt,
-    body: Stmt,
-    v: Scalar,
-    op: String,
+def _ends_with_rules(
+    ix: IndexList, head: Index, rest: IndexList, axis: Axis
 ) -> Iterable[RewriteOrRule]:
-    yield rule(eq(ix).to(IndexList.cons(Index.axis(a), IndexList.nil()))).then(ends_with(ix, a))
-    yield rule(eq(ix).to(IndexList.cons(head, tail)), ends_with(tail, a)).then(ends_with(ix, a))
-    named = Axis.named(name, size)
-    yield rule(eq(a).to(named)).then(unit_stride(a, a))
-    yield rule(eq(a).to(Axis.inner(p, tile)), unit_stride(p, c)).then(unit_stride(a, c))
-    yield rule(eq(s).to(Stmt.store(name, ix, v))).then(straight(s))
-    yield rule(eq(s).to(Stmt.accumulate(name, ix, op, v))).then(straight(s))
-    for kind in (LoopKind.vector(tile), LoopKind.unroll(tile)):
-        yield rule(eq(s).to(Stmt.loop(a, kind, body)), straight(body)).then(straight(s))
+    # ends_with(cons(plain axis, nil), axis)
+    yield rule(
+        eq(ix).to(IndexList.cons(Index.axis(axis), IndexList.nil())), name="ends-with-last"
+    ).then(ends_with(ix, axis))
+    # ends_with(rest, axis) gives ends_with(cons(head, rest), axis)
+    yield rule(
+        eq(ix).to(IndexList.cons(head, rest)), ends_with(rest, axis), name="ends-with-of-cons"
+    ).then(ends_with(ix, axis))
+
+
+def _unit_stride_rules(
+    axis: Axis, parent: Axis, base: Axis, axis_name: String, size: i64, tile: i64
+) -> Iterable[RewriteOrRule]:
+    # unit_stride(axis, axis) for a named axis
+    yield rule(eq(axis).to(Axis.named(axis_name, size)), name="unit-stride-of-named").then(
+        unit_stride(axis, axis)
+    )
+    # unit_stride(parent, base) gives unit_stride(parent.inner(tile), base)
+    yield rule(
+        eq(axis).to(Axis.inner(parent, tile)),
+        unit_stride(parent, base),
+        name="unit-stride-of-inner",
+    ).then(unit_stride(axis, base))
+
+
+def _straight_rules(
+    stmt: Stmt,
+    body: Stmt,
+    axis: Axis,
+    buffer: String,
+    ix: IndexList,
+    value: Scalar,
+    op: String,
+    n: i64,
+) -> Iterable[RewriteOrRule]:
+    # straight(buffer[ix] = value)
+    yield rule(eq(stmt).to(Stmt.store(buffer, ix, value)), name="straight-store").then(
+        straight(stmt)
+    )
+    # straight(buffer[ix] op= value)
+    yield rule(
+        eq(stmt).to(Stmt.accumulate(buffer, ix, op, value)), name="straight-accumulate"
+    ).then(straight(stmt))
+    for form, kind in (("vector", LoopKind.vector(n)), ("unroll", LoopKind.unroll(n))):
+        # straight(body) gives straight(for axis (vector or unroll): body)
+        yield rule(
+            eq(stmt).to(Stmt.loop(axis, kind, body)), straight(body), name=f"straight-{form}-loop"
+        ).then(straight(stmt))
+
+
+register_in_order(analysis, _ends_with_rules, _unit_stride_rules, _straight_rules)
+
+
+# ---------------------------------------------------------------- guards
+
+
+def unit_stride_over(a: Axis, c: Axis) -> list[FactLike]:
+    """A loop over a walks named axis c with stride 1 (c itself or an inner piece of it)."""
+    return [unit_stride(a, c)]
+
+
+def stores_along(ix: IndexList, c: Axis) -> list[FactLike]:
+    """The store's last index is plain c, so it writes contiguously along the loop."""
+    return [ends_with(ix, c)]
+
+
+def outermost(a: Axis, c: Axis, body: Stmt) -> list[FactLike]:
+    """The loop over a, a piece of named axis c, runs outside every other loop."""
+    return [top_loop(a, body), base_of(a, c)]
+
+
+def few_iterations(a: Axis, n: i64) -> list[FactLike]:
+    """A loop over a runs n iterations, 1 < n <= MAX_UNROLL."""
+    return [eq(n).to(extent(a)), n > i64(1), n <= i64(MAX_UNROLL)]
+
+
+def straight_line(body: Stmt) -> list[FactLike]:
+    """body is one store or accumulate, maybe inside vector or unrolled loops."""
+    return [straight(body)]
 
 
 def vector_identities(width: int) -> tuple[Identity, ...]:
@@ -71,8 +135,7 @@ def vector_identities(width: int) -> tuple[Identity, ...]:
             rhs=lambda a, buffer, ix, value: Stmt.loop(
                 a, LoopKind.vector(width), Stmt.store(buffer, ix, value)
             ),
-            guard=lambda a, c, ix: [unit_stride(a, c), ends_with(ix, c)],
-            guard_text="a has unit stride over c; the store's last index is plain c",
+            guard=(unit_stride_over, stores_along),
         ),
         Identity(
             f"vectorize-accumulate-{width}",
@@ -84,8 +147,7 @@ def vector_identities(width: int) -> tuple[Identity, ...]:
             rhs=lambda a, buffer, ix, op, value: Stmt.loop(
                 a, LoopKind.vector(width), Stmt.accumulate(buffer, ix, op, value)
             ),
-            guard=lambda a, c: [unit_stride(a, c)],
-            guard_text="a has unit stride over c",
+            guard=(unit_stride_over,),
         ),
     )
 
@@ -96,9 +158,7 @@ PARALLEL = Identity(
     {"a": Axis, "c": Axis, "body": Stmt},
     lhs=lambda a, body: Stmt.loop(a, SERIAL, body),
     rhs=lambda a, body: Stmt.loop(a, LoopKind.parallel(), body),
-    guard=lambda a, c, body: [top_loop(a, body), base_of(a, c), *independent(body, c)],
-    guard_text="the loop is outside every other loop; iterations over a are independent "
-    "(analysis.independent)",
+    guard=(outermost, independent),
 )
 
 UNROLL = Identity(
@@ -107,13 +167,7 @@ UNROLL = Identity(
     {"a": Axis, "body": Stmt, "n": i64},
     lhs=lambda a, body: Stmt.loop(a, SERIAL, body),
     rhs=lambda a, body, n: Stmt.loop(a, LoopKind.unroll(n), body),
-    guard=lambda a, body, n: [
-        eq(n).to(extent(a)),
-        n > i64(1),
-        n <= i64(MAX_UNROLL),
-        straight(body),
-    ],
-    guard_text=f"a has n iterations, 1 < n <= {MAX_UNROLL}; the body is straight-line",
+    guard=(few_iterations, straight_line),
 )
 
 

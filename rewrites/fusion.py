@@ -23,10 +23,12 @@ VARIABLES = {"a": Axis, "first": Stmt, "second": Stmt, "rest": Stmt, "c": Axis}
 
 
 def fusable(a: Axis, first: Stmt, second: Stmt, c: Axis) -> list[FactLike]:
-    """Guard: every buffer that one body writes and the other touches is touched by both through
-    index lists holding plain `c` in one common dimension, so iteration i of `second` depends
-    only on iteration i of `first` (softmax's row t[c, j] then t[c, r] fuses; a neighbour's
-    element t[c+1] or a column t[r, c] is refused)."""
+    """a walks c; each buffer one body writes and the other touches holds plain c in a shared dim.
+
+    Every buffer that one body writes and the other touches is touched by both through index
+    lists holding plain `c` in one common dimension, so iteration i of `second` depends only on
+    iteration i of `first` (softmax's row t[c, j] then t[c, r] fuses; a neighbour's element
+    t[c+1] or a column t[r, c] is refused)."""
     both = Stmt.seq(first, second)
     shared = (writes(first) & (writes(second) | reads(second))) | (writes(second) & reads(first))
     return [base_of(a, c), eq(shared & mixed(both, c)).to(EMPTY)]
@@ -41,9 +43,7 @@ IDENTITIES = (
             Stmt.loop(a, SERIAL, first), Stmt.loop(a, SERIAL, second)
         ),
         rhs=lambda a, first, second: Stmt.loop(a, SERIAL, Stmt.seq(first, second)),
-        guard=fusable,
-        guard_text="buffers shared by the two bodies hold plain a in one common dimension of "
-        "every index (fusable)",
+        guard=(fusable,),
     ),
     Identity(
         "fuse-siblings-then",
@@ -55,8 +55,7 @@ IDENTITIES = (
         rhs=lambda a, first, second, rest: Stmt.seq(
             Stmt.loop(a, SERIAL, Stmt.seq(first, second)), rest
         ),
-        guard=fusable,
-        guard_text="as fuse-siblings",
+        guard=(fusable,),
     ),
 )
 
@@ -67,12 +66,16 @@ def fusion_candidates() -> Ruleset:
     rules = ruleset(name="fusion-candidates")
     a, c = var("a", Axis), var("c", Axis)
     first, second, rest = var("first", Stmt), var("second", Stmt), var("rest", Stmt)
-    for pattern in (
-        Stmt.seq(Stmt.loop(a, SERIAL, first), Stmt.loop(a, SERIAL, second)),
-        Stmt.seq(Stmt.loop(a, SERIAL, first), Stmt.seq(Stmt.loop(a, SERIAL, second), rest)),
+    for identity, pattern in (
+        ("fuse-siblings", Stmt.seq(Stmt.loop(a, SERIAL, first), Stmt.loop(a, SERIAL, second))),
+        (
+            "fuse-siblings-then",
+            Stmt.seq(Stmt.loop(a, SERIAL, first), Stmt.seq(Stmt.loop(a, SERIAL, second), rest)),
+        ),
     ):
+        # asks(first; second, c) where the left side of `identity` matches loops over a piece of c
         rules.register(
-            rule(eq(var("s", Stmt)).to(pattern), base_of(a, c)).then(
+            rule(eq(var("s", Stmt)).to(pattern), base_of(a, c), name=f"candidate-{identity}").then(
                 asks(Stmt.seq(first, second), c)
             )
         )

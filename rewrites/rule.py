@@ -8,11 +8,17 @@
         rhs=lambda x: x,
     )
 
-`lhs`, `rhs` and `guard` are called with keyword arguments taken from `variables` by parameter
-name (parameters with a default value are constants of the definition, not variables); a guard
-may use variables the left side does not bind only if the guard binds them first (egglog facts
-such as `base_of(a, c)` or `eq(s).to(shape_of(x))`), and the right side may not (checked when
-built).
+`lhs`, `rhs` and each guard predicate are called with keyword arguments taken from `variables` by
+parameter name (parameters with a default value are constants of the definition, not variables);
+a guard may use variables the left side does not bind only if the guard binds them first (egglog
+facts such as `base_of(a, c)` or `eq(s).to(shape_of(x))`), and the right side may not (checked
+when built).
+
+The guard is a tuple of named predicates, each a function whose docstring's first line states its
+condition (`fusable`, `reorderable`, `has_shape`): the rule's facts are theirs, in order, and
+`describe()` (and so `python -m eqsat rules`) prints each predicate's name, parameters and first
+docstring line. The text is the code's own docstring, so it cannot drift from the guard; a lambda
+or a predicate without a one-line summary is refused.
 
 `finite_only` marks an identity that holds only for finite inputs (x - x is not 0 for inf);
 any other identity holds for inf and nan inputs as well. Both kinds are used by the optimizer
@@ -37,10 +43,23 @@ from eqsat.core.terms import sort_of
 
 KEBAB_CASE = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 
+Predicate = Callable[..., Sequence[FactLike]]  # a named guard: its docstring states the condition
+
 
 def _parameters(fn: Callable[..., Any]) -> list[str]:
     """The variables `fn` reads: its parameters without a default value."""
     return [p.name for p in inspect.signature(fn).parameters.values() if p.default is p.empty]
+
+
+def summary(predicate: Predicate) -> str:
+    """`name(variables): first line of the docstring`, or "" if `predicate` has no name or its
+    docstring does not start with a one-line summary."""
+    name = getattr(predicate, "__name__", "<lambda>")
+    doc = inspect.getdoc(predicate) or ""
+    first, _, _ = doc.partition("\n\n")
+    if name == "<lambda>" or not first.strip() or "\n" in first:
+        return ""
+    return f"{name}({', '.join(_parameters(predicate))}): {first.strip()}"
 
 
 @dataclass(frozen=True)
@@ -50,17 +69,24 @@ class Identity:
     variables: Mapping[str, type]
     lhs: Callable[..., Any]
     rhs: Callable[..., Any]
-    guard: Callable[..., Sequence[FactLike]] | None = None
-    guard_text: str = "none"
+    guard: tuple[Predicate, ...] = ()  # named predicates, all must hold (module docstring)
     finite_only: bool = False  # holds only for finite inputs (see the module docstring)
     tags: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         if not KEBAB_CASE.fullmatch(self.name):
             raise ValueError(f"rule {self.name!r}: the name must be kebab-case")
-        if "\n" in self.identity or (self.guard is not None and self.guard_text == "none"):
-            raise ValueError(f"rule {self.name}: one identity line, and a guard states its text")
-        bound = set(_parameters(self.lhs)) | set(_parameters(self.guard) if self.guard else [])
+        if "\n" in self.identity:
+            raise ValueError(f"rule {self.name}: the identity is one line")
+        if not isinstance(self.guard, tuple):
+            raise TypeError(f"rule {self.name}: the guard is a tuple of named predicates")
+        for predicate in self.guard:
+            if not summary(predicate):
+                raise ValueError(
+                    f"rule {self.name}: guard {predicate!r} is not a named function whose "
+                    "docstring starts with a one-line summary of its condition"
+                )
+        bound = set(_parameters(self.lhs)).union(*(_parameters(p) for p in self.guard))
         unbound = set(_parameters(self.rhs)) - bound
         if unbound:
             raise ValueError(f"rule {self.name}: right side uses unbound {sorted(unbound)}")
@@ -69,8 +95,12 @@ class Identity:
             raise ValueError(f"rule {self.name}: no sort given for {sorted(unknown)}")
 
     def call(self, fn: Callable[..., Any], values: Mapping[str, Any]) -> Any:
-        """Apply lhs, rhs or guard to the values of the variables it names."""
+        """Apply lhs, rhs or a guard predicate to the values of the variables it names."""
         return fn(**{p: values[p] for p in _parameters(fn)})
+
+    def guard_facts(self, values: Mapping[str, Any]) -> list[FactLike]:
+        """The facts of every guard predicate, in order, on the values of the variables."""
+        return [fact for predicate in self.guard for fact in self.call(predicate, values)]
 
     def egglog_rule(self, probe: Callable[[Any], Any] | None = None) -> RewriteOrRule:
         """`lhs -> rhs` under the guard, named so run reports can count its matches.
@@ -81,7 +111,7 @@ class Identity:
         variables included.
         """
         pattern: dict[str, Any] = {name: var(name, sort) for name, sort in self.variables.items()}
-        guard = self.call(self.guard, pattern) if self.guard else []
+        guard = self.guard_facts(pattern)
         lhs = self.call(self.lhs, pattern)
         rhs = self.call(self.rhs, pattern)
         root = var("matched_root", sort_of(lhs))
@@ -92,4 +122,7 @@ class Identity:
         )
 
     def describe(self) -> str:
-        return f"{self.name}: {self.identity}  [guard: {self.guard_text}]"
+        """`name: identity`, then a line per guard predicate (`summary`), all from the code."""
+        return "\n".join(
+            [f"{self.name}: {self.identity}", *(f"    if {summary(p)}" for p in self.guard)]
+        )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from egglog import Ruleset, String, i64, ruleset
+from egglog.egraph import FactLike
 
 from eqsat.core.loops import REGISTER_BUDGET
 from eqsat.core.terms import Axis, LoopKind, Stmt
@@ -30,6 +31,10 @@ class TileSizes:
 
 
 def split_identity(tile: int) -> Identity:
+    def longer_than_tile(extent: i64) -> list[FactLike]:
+        """The named axis has more than one tile of iterations (extent > tile)."""
+        return [extent > i64(tile)]
+
     return Identity(
         f"split-{tile}",
         f"for a: body -> for a.outer({tile}): for a.inner({tile}): body",
@@ -41,13 +46,14 @@ def split_identity(tile: int) -> Identity:
             Stmt.loop(Axis.inner(Axis.named(name, extent), tile), SERIAL, body),
         ),
         # A tile that does not divide the extent ends in a remainder tile (loops.trip_runs).
-        guard=lambda extent: [extent > i64(tile)],
-        guard_text=f"a is a named axis of more than {tile} iterations",
+        guard=(longer_than_tile,),
     )
 
 
 def split_tile_identity(cache: int, tile: int) -> Identity:
-    """The second level: the inner loop of a cache tile is split by a register tile."""
+    """The second level: the inner loop of a cache tile is split by a register tile.
+
+    It needs no guard: `split_identities` builds it only where `cache` is a multiple of `tile`."""
     inner = f"a.inner({cache})"
     return Identity(
         f"split-tile-{cache}-{tile}",
@@ -61,7 +67,6 @@ def split_tile_identity(cache: int, tile: int) -> Identity:
             SERIAL,
             Stmt.loop(Axis.inner(Axis.inner(Axis.named(name, extent), cache), tile), SERIAL, body),
         ),
-        guard_text=f"none ({cache} is a multiple of {tile}, checked when the rule is built)",
     )
 
 

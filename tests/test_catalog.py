@@ -6,6 +6,8 @@ import pytest
 
 from eqsat.__main__ import main
 from eqsat.extract.machine import host
+from eqsat.rewrites.fusion import IDENTITIES as FUSION
+from eqsat.rewrites.rule import summary
 from eqsat.tools.catalog import rule_catalog
 
 
@@ -19,7 +21,18 @@ def test_rules_command_lists_every_rule_with_identity_and_guard(
     for _, identities in families:
         for identity in identities:
             assert f"{identity.name}: {identity.identity}" in printed
-            assert f"[guard: {identity.guard_text}]" in printed
+            for predicate in identity.guard:
+                assert f"if {summary(predicate)}\n" in printed
+
+
+def test_a_guard_is_printed_from_its_predicates() -> None:
+    """The printed guard is each predicate's name, variables and docstring summary: rules that
+    share a guard print the same text, and the text is the code's own."""
+    siblings, then = FUSION
+    assert siblings.guard == then.guard
+    assert siblings.describe().splitlines()[1:] == then.describe().splitlines()[1:]
+    guard = then.describe().splitlines()[1]
+    assert guard.startswith("    if fusable(a, first, second, c): a walks c;")
 
 
 def test_rules_command_rejects_extra_arguments() -> None:

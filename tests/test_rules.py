@@ -8,23 +8,27 @@ The algebra (tensor) identities are tested in tests/test_algebra.py.
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pytest
 from egglog import EGraph, ruleset, unstable_combine_rulesets
+from egglog.egraph import FactLike
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eqsat.core.interp import run
 from eqsat.core.terms import Term, TExpr, index_list, to_egglog, to_term
 from eqsat.extract.extractor import SerializedGraph
+from eqsat.extract.machine import host
 from eqsat.rewrites.analysis import analysis, mark_program
 from eqsat.rewrites.annotate import annotate_identities
 from eqsat.rewrites.fusion import IDENTITIES as FUSION
 from eqsat.rewrites.fusion import fusion_candidates
 from eqsat.rewrites.interchange import IDENTITIES as INTERCHANGE
 from eqsat.rewrites.lowering import lower
-from eqsat.rewrites.rule import Identity
+from eqsat.rewrites.rule import KEBAB_CASE, Identity, Predicate
+from eqsat.rewrites.schedule import loop_rules
 from eqsat.rewrites.tiling import TileSizes, split_identities, split_identity
 from tests.programs import SMALL_DIMS, Program, assert_variant_agrees, programs
 
@@ -271,3 +275,44 @@ def test_unroll_fail_long_loop_or_compound_body() -> None:
 def test_rule_whose_right_side_uses_an_unbound_variable_is_rejected() -> None:
     with pytest.raises(ValueError, match="unbound"):
         Identity("bad", "x -> y", {"x": TExpr, "y": TExpr}, lambda x: x, lambda y: y)
+
+
+def _summarized(x: TExpr) -> list[FactLike]:
+    """x is anything."""
+    return []
+
+
+def _unsummarized(x: TExpr) -> list[FactLike]:
+    """x is anything, a first line that goes on
+    to a second line, so a listing would cut it."""
+    return []
+
+
+@pytest.mark.parametrize(
+    "guard", [lambda x: [], _unsummarized], ids=["lambda", "summary-over-two-lines"]
+)
+def test_guard_without_a_name_and_one_line_summary_is_rejected(guard: Predicate) -> None:
+    with pytest.raises(ValueError, match="one-line summary"):
+        Identity("bad", "x -> x", {"x": TExpr}, lambda x: x, lambda x: x, guard=(guard,))
+
+
+def test_guard_is_a_tuple_of_predicates() -> None:
+    with pytest.raises(TypeError, match="tuple"):
+        Identity("bad", "x -> x", {"x": TExpr}, lambda x: x, lambda x: x, guard=_summarized)  # type: ignore[arg-type]
+    good = Identity("good", "x -> x", {"x": TExpr}, lambda x: x, lambda x: x, guard=(_summarized,))
+    assert good.describe() == "good: x -> x\n    if _summarized(x): x is anything."
+
+
+def test_every_loop_stage_egglog_rule_has_a_unique_kebab_case_name() -> None:
+    """The analyses, the fusion candidates and the loop rewrites: egglog would number a rule
+    without a name, and a rewrite cannot take one."""
+    egraph = EGraph(save_egglog_string=True)
+    facts = unstable_combine_rulesets(analysis, fusion_candidates(), name="facts")
+    egraph.run(facts + loop_rules(host(), "float32"))
+    program = egraph.as_egglog_string
+    named = re.findall(r':ruleset (\S+) :name "([^"]*)"', program)
+    assert "(rewrite " not in program
+    assert len(named) == program.count("(rule ") > 60
+    assert len(set(named)) == len(named)
+    for ruleset_name, name in named:
+        assert KEBAB_CASE.fullmatch(name), (ruleset_name, name)

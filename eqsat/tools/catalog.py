@@ -1,7 +1,9 @@
 """`python -m eqsat rules`: every rewrite rule eqsat runs on this machine, by family.
 
-Each line is the rule's name, its identity and its guard, from the same `Identity` definition
-that builds the egglog rule and its soundness test (so the list cannot go stale).
+Each rule is its name and identity, then a line per guard predicate: its name, variables and
+the first line of its docstring (`Identity.describe`). All of it comes from the `Identity`
+definition that builds the egglog rule and its soundness test, and the guard text from the very
+functions that build the guard's facts, so the list cannot go stale.
 """
 
 from __future__ import annotations
@@ -33,4 +35,4 @@ def print_rules(machine: Machine | None = None, dtype: str = "float32") -> None:
         print(f"\n== {family}: {len(identities)} rules")
         for identity in identities:
             mark = "*" if identity.finite_only else " "
-            print(f" {mark}{identity.describe()}")
+            print(f" {mark}" + identity.describe().replace("\n", "\n  "))
