@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import partial
 from itertools import product
 
@@ -95,8 +96,8 @@ class _Emitter:
         self.uses_math = False  # a vector exp/log/tanh/sigmoid was emitted
         self.parallel_depth = 0
         # Non-temporal stores emitted since the last fence: fenced once per iteration of the
-        # parallel loop around them, or at the end of the kernel (a fence after every vector
-        # loop of 32 elements made a nest 5x slower).
+        # parallel loop around them, or at the end of the kernel (a fence after every short
+        # vector loop made such nests much slower; docs/MEASUREMENTS.md).
         self.unfenced = False
         self.reread = _reread_buffers(program.body)  # stored, then loaded or accumulated
         self.lines: list[str] = []
@@ -464,81 +465,148 @@ class _Emitter:
         """C expression of `acc op value` for an accumulate's op ("sum" or "max")."""
         return f"{acc} + {value}" if op == "sum" else f"fmax{self.suffix}({acc}, {value})"
 
+    # ------------------------------------------------------------ SIMD loops
+
     def vector_loop(self, axis: Term, body: Term) -> None:
-        """SIMD loop: full vectors, then a masked vector (AVX-512) or scalar (AVX2) tail."""
-        vector = self.vector
-        assert vector is not None
-        var, extent, lanes = axis_var(axis), self.trips_expr(axis), vector.lanes
-        partial_vector = any(trips % lanes for trips in trip_runs(axis))
-        buffer, target, value = str(body.args[0]), body.args[1], body.args[-1]
-        assert isinstance(target, Term) and isinstance(value, Term)
-        reduction = horizontal(axis, body)
-        op = str(body.args[2]) if body.op == "Stmt.accumulate" else "store"
-        streaming = op == "store" and self.streams(buffer, target, axis)
+        """SIMD loop: full vectors, then a masked vector (AVX-512) or scalar (AVX2) tail. A
+        horizontal reduction runs on vector accumulators (`reduction_chains`), reduced to the
+        target element after the vectors (`reduce_accumulator`)."""
+        loop = self.simd_loop(axis, body)
         self.line("{")
         self.depth += 1
-        self.line(f"int64_t {var} = 0;")
-        long_enough = axis_extent(axis) >= HORIZONTAL_CHAINS * lanes
-        chains = HORIZONTAL_CHAINS if reduction and long_enough else 1
-        if reduction:
-            identity = vector.broadcast(self.literal(0.0 if op == "sum" else -math.inf))
-            self.line(f"{vector.vtype} acc = {identity};")
-            for chain in range(1, chains):
-                self.line(f"{vector.vtype} acc{chain} = {identity};")
+        self.line(f"int64_t {loop.var} = 0;")
+        chains = self.declare_accumulators(loop)
         self.scope.append(axis)
-
-        def vector_step(mask: str | None) -> None:
-            if mask is None and op != "store":
-                update = partial(self.vector_update, op, value=value, axis=axis)
-            else:
-                v = self.vector_scalar(value, axis, mask)
-                update = partial(vector.combine, op, value=v, mask=mask)
-            if reduction:
-                self.line(f"acc = {update('acc')};")
-                return
-            pointer = f"&{self.element(buffer, target)}"
-            if streaming and mask is None:
-                self.line(vector.stream(pointer, v))
-            elif op == "store":
-                self.line(vector.store(pointer, v, mask))
-            else:
-                self.line(vector.store(pointer, update(vector.load(pointer, mask)), mask))
-
-        if chains > 1:  # independent partial results hide the add/FMA latency
-            self.line(f"for (; {var} + {chains * lanes} <= {extent};) {{")
-            self.depth += 1
-            for chain in range(chains):
-                name = f"acc{chain}" if chain else "acc"
-                self.line(f"{name} = {self.vector_update(op, name, value, axis)};")
-                self.line(f"{var} += {lanes};")
-            self.depth -= 1
-            self.line("}")
-            for chain in range(1, chains):
-                self.line(f"acc = {vector.combine(op, 'acc', value=f'acc{chain}')};")
-        self.line(f"for (; {var} + {lanes} <= {extent}; {var} += {lanes}) {{")
-        self.depth += 1
-        vector_step(None)
-        self.depth -= 1
-        self.line("}")
-        if vector.masked_tail and partial_vector:
-            self.line(f"if ({var} < {extent}) {{")
-            self.depth += 1
-            self.line(f"{vector.mask_type} tail = {vector.tail_mask(f'{extent} - {var}')};")
-            vector_step("tail")
-            self.depth -= 1
-            self.line("}")
+        if chains > 1:
+            self.reduction_chains(loop, chains)
+        self.full_vectors(loop)
+        self.masked_tail(loop)
         self.scope.pop()
-        if reduction:
-            target_element = self.element(buffer, target)
-            combined = self.scalar_combine(op, target_element, vector.reduce(op, "acc"))
-            self.line(f"{target_element} = {combined};")
-        if not vector.masked_tail and partial_vector:
-            self.line(f"for (; {var} < {extent}; ++{var}) {{")
-            self.nested(axis, body)
-            self.line("}")
-        self.unfenced |= streaming
+        if loop.reduction:
+            self.reduce_accumulator(loop)
+        self.scalar_tail(loop)
+        self.unfenced |= loop.streaming
         self.depth -= 1
         self.line("}")
+
+    def simd_loop(self, axis: Term, body: Term) -> _SimdLoop:
+        """What the parts of the SIMD loop over `axis` running `body` share."""
+        assert self.vector is not None
+        buffer, target, value = str(body.args[0]), body.args[1], body.args[-1]
+        assert isinstance(target, Term) and isinstance(value, Term)
+        op = str(body.args[2]) if body.op == "Stmt.accumulate" else "store"
+        return _SimdLoop(
+            axis=axis,
+            body=body,
+            var=axis_var(axis),
+            extent=self.trips_expr(axis),
+            buffer=buffer,
+            target=target,
+            value=value,
+            op=op,
+            reduction=horizontal(axis, body),
+            streaming=op == "store" and self.streams(buffer, target, axis),
+            partial_vector=any(trips % self.vector.lanes for trips in trip_runs(axis)),
+        )
+
+    def declare_accumulators(self, loop: _SimdLoop) -> int:
+        """The vector accumulators of a horizontal reduction (`acc`, `acc1`, ...), each the
+        identity of its op; returns how many chains the reduction runs (1 when it is not one,
+        or is too short for HORIZONTAL_CHAINS full vectors)."""
+        vector = self.vector
+        assert vector is not None
+        if not loop.reduction:
+            return 1
+        long_enough = axis_extent(loop.axis) >= HORIZONTAL_CHAINS * vector.lanes
+        chains = HORIZONTAL_CHAINS if long_enough else 1
+        identity = vector.broadcast(self.literal(0.0 if loop.op == "sum" else -math.inf))
+        self.line(f"{vector.vtype} acc = {identity};")
+        for chain in range(1, chains):
+            self.line(f"{vector.vtype} acc{chain} = {identity};")
+        return chains
+
+    def reduction_chains(self, loop: _SimdLoop, chains: int) -> None:
+        """`chains` vectors a step, each into its own accumulator (independent partial results
+        hide the add/FMA latency), then the accumulators combined into `acc`."""
+        vector = self.vector
+        assert vector is not None
+        var, lanes = loop.var, vector.lanes
+        self.line(f"for (; {var} + {chains * lanes} <= {loop.extent};) {{")
+        self.depth += 1
+        for chain in range(chains):
+            name = f"acc{chain}" if chain else "acc"
+            self.line(f"{name} = {self.vector_update(loop.op, name, loop.value, loop.axis)};")
+            self.line(f"{var} += {lanes};")
+        self.depth -= 1
+        self.line("}")
+        for chain in range(1, chains):
+            self.line(f"acc = {vector.combine(loop.op, 'acc', value=f'acc{chain}')};")
+
+    def reduce_accumulator(self, loop: _SimdLoop) -> None:
+        """The target element combined with the horizontal reduction of `acc`'s lanes."""
+        assert self.vector is not None
+        target = self.element(loop.buffer, loop.target)
+        reduced = self.vector.reduce(loop.op, "acc")
+        self.line(f"{target} = {self.scalar_combine(loop.op, target, reduced)};")
+
+    def full_vectors(self, loop: _SimdLoop) -> None:
+        """One whole vector a step, while one fits before the extent."""
+        assert self.vector is not None
+        var, lanes = loop.var, self.vector.lanes
+        self.line(f"for (; {var} + {lanes} <= {loop.extent}; {var} += {lanes}) {{")
+        self.depth += 1
+        self.vector_step(loop, None)
+        self.depth -= 1
+        self.line("}")
+
+    def masked_tail(self, loop: _SimdLoop) -> None:
+        """On an ISA with lane masks, the elements left after the whole vectors as one masked
+        vector (none when every trip count is a multiple of the lanes)."""
+        vector = self.vector
+        assert vector is not None
+        if not (vector.masked_tail and loop.partial_vector):
+            return
+        var, extent = loop.var, loop.extent
+        self.line(f"if ({var} < {extent}) {{")
+        self.depth += 1
+        self.line(f"{vector.mask_type} tail = {vector.tail_mask(f'{extent} - {var}')};")
+        self.vector_step(loop, "tail")
+        self.depth -= 1
+        self.line("}")
+
+    def scalar_tail(self, loop: _SimdLoop) -> None:
+        """On an ISA without lane masks, the elements left after the whole vectors as the scalar
+        loop body (after the reduction's accumulator has reached the target)."""
+        assert self.vector is not None
+        if self.vector.masked_tail or not loop.partial_vector:
+            return
+        var, extent = loop.var, loop.extent
+        self.line(f"for (; {var} < {extent}; ++{var}) {{")
+        self.nested(loop.axis, loop.body)
+        self.line("}")
+
+    def vector_step(self, loop: _SimdLoop, mask: str | None) -> None:
+        """One vector of the loop body (its lanes in `mask` only, when given): into `acc` for a
+        horizontal reduction, else stored (streamed when whole and `streaming`) or accumulated
+        into the target."""
+        vector = self.vector
+        assert vector is not None
+        op, value, axis = loop.op, loop.value, loop.axis
+        if mask is None and op != "store":
+            update = partial(self.vector_update, op, value=value, axis=axis)
+        else:
+            v = self.vector_scalar(value, axis, mask)
+            update = partial(vector.combine, op, value=v, mask=mask)
+        if loop.reduction:
+            self.line(f"acc = {update('acc')};")
+            return
+        pointer = f"&{self.element(loop.buffer, loop.target)}"
+        if loop.streaming and mask is None:
+            self.line(vector.stream(pointer, v))
+        elif op == "store":
+            self.line(vector.store(pointer, v, mask))
+        else:
+            self.line(vector.store(pointer, update(vector.load(pointer, mask)), mask))
 
     def streams(self, buffer: str, target: Term, axis: Term) -> bool:
         """`eqsat.core.loops.streamed_store` for this kernel, and `buffer` is never read back in it
@@ -550,12 +618,30 @@ class _Emitter:
         return streamed_store(buffer, self.shapes[buffer], item, target, axis, self.vector.lanes)
 
 
+@dataclass(frozen=True)
+class _SimdLoop:
+    """A SIMD loop's statement and what its parts (`_Emitter.vector_loop`) share."""
+
+    axis: Term
+    body: Term  # a single store or accumulate (`eqsat.core.loops.vectorizable`)
+    var: str  # the C loop variable
+    extent: str  # C expression of its iterations (`_Emitter.trips_expr`)
+    buffer: str  # the stored or accumulated buffer, at `target`
+    target: Term
+    value: Term
+    op: str  # the accumulate's op ("sum", "max"), or "store"
+    reduction: bool  # horizontal: every lane accumulates into one element
+    streaming: bool  # whole vectors are non-temporal stores (`_Emitter.streams`)
+    partial_vector: bool  # some trip count is not a multiple of the lanes: a tail runs
+
+
 _ARITH = frozenset({"add", "sub", "mul", "div", "max", "min"})
 # Temporaries up to this size live on the stack (an OpenMP thread's stack is at least 2 MiB);
 # larger ones come from the heap.
 STACK_TEMPORARY_BYTES = 64 * 1024
 # Vector accumulators of a horizontal reduction (sums may be reassociated, ARCHITECTURE §4):
-# an FMA's 4-cycle latency on one chain held a matrix-vector row at a quarter of the load rate.
+# on one chain, each FMA waits for the last one's latency, which held a matrix-vector row well
+# below the load rate (docs/MEASUREMENTS.md).
 HORIZONTAL_CHAINS = 4
 
 

@@ -9,7 +9,8 @@ matmul gets explicit `TExpr.broadcast` nodes so that its batch dims are equal. C
     softmax(x)  ->  e / sum(e, -1, keepdims)  with  e = exp(x - max(x, -1, keepdims))
 
 Plain numpy calls on tensors build the same terms (NEP 13 and NEP 18): `np.maximum(x @ W, 0)` is
-`maximum(matmul(x, W), 0)`. `_NUMPY_UFUNCS` and `_NUMPY_FUNCTIONS` map each supported numpy
+`maximum(matmul(x, W), 0)`. `Tensor`'s numpy hooks hand the call to `_numpy_ufunc` and
+`_numpy_function`, whose tables `_NUMPY_UFUNCS` and `_NUMPY_FUNCTIONS` map each supported numpy
 function to its frontend function; anything else is an `UnsupportedError` naming it.
 """
 
@@ -81,45 +82,17 @@ class Tensor:
     def __repr__(self) -> str:
         return f"Tensor(shape={self.shape}, dtype={self.dtype}, expr={_short_form(self.expr)})"
 
-    # -------------------------------------------------------- numpy protocols
+    # -------------------------------------------------------- numpy protocols (NEP 13, NEP 18)
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Tensor:
-        """`np.exp(x)`, `np.add(2.0, x)`, `np.float32(2) * x`: the frontend op of the ufunc.
-
-        It requires: a ufunc of `_NUMPY_UFUNCS`, called directly (not `.reduce`, `.outer`, ...)
-        and without keywords (`out=`, `where=`, `dtype=`, ...); else UnsupportedError.
-        """
-        name = f"numpy.{ufunc.__name__}"
-        function = _NUMPY_UFUNCS.get(ufunc)
-        if function is None:
-            raise UnsupportedError(f"{name} is not supported on eqsat tensors; {_SUPPORTED}")
-        if method != "__call__":
-            raise UnsupportedError(
-                f"{name}.{method} is not supported on eqsat tensors; only {name}(...) is "
-                "(reductions: numpy.sum/max/mean or the tensor methods)"
-            )
-        _refuse_keywords(name, kwargs, frozenset())
-        return function(*inputs)
+        """`np.exp(x)`, `np.add(2.0, x)`, `np.float32(2) * x`: `_numpy_ufunc`."""
+        return _numpy_ufunc(ufunc, method, inputs, kwargs)
 
     def __array_function__(
         self, func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Tensor:
-        """`np.sum(x, axis=0)`, `np.where(c, x, 0)`, ...: the frontend function of `func`.
-
-        It requires: `func` in `_NUMPY_FUNCTIONS`, called with at most its `positional`
-        arguments by position and only its `keywords` by name; else UnsupportedError.
-        """
-        name = f"{func.__module__}.{func.__name__}"
-        entry = _NUMPY_FUNCTIONS.get(func)
-        if entry is None:
-            raise UnsupportedError(f"{name} is not supported on eqsat tensors; {_SUPPORTED}")
-        if len(args) > entry.positional:
-            raise UnsupportedError(
-                f"{name}: eqsat takes at most {entry.positional} positional arguments, "
-                f"got {len(args)}"
-            )
-        _refuse_keywords(name, kwargs, entry.keywords)
-        return entry.function(*args, **kwargs)
+        """`np.sum(x, axis=0)`, `np.where(c, x, 0)`, ...: `_numpy_function`."""
+        return _numpy_function(func, args, kwargs)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         """Refused: numpy would otherwise wrap the tensor in an object array (`np.asarray(x)`)."""
@@ -543,7 +516,7 @@ def layernorm(
     return out
 
 
-# ------------------------------------------------------------ numpy functions on tensors
+# ------------------------------------------------------------ numpy protocols: functions on tensors
 
 
 def _power_of(base: Tensor, exponent: int) -> Tensor:
@@ -624,6 +597,45 @@ _SUPPORTED = "supported: " + ", ".join(
         + [f"numpy.{function.__name__}" for function in _NUMPY_FUNCTIONS]
     )
 )
+
+
+def _numpy_ufunc(
+    ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Tensor:
+    """`Tensor.__array_ufunc__`: the frontend op of `ufunc`, called with its `inputs`.
+
+    It requires: a ufunc of `_NUMPY_UFUNCS`, called directly (not `.reduce`, `.outer`, ...)
+    and without keywords (`out=`, `where=`, `dtype=`, ...); else UnsupportedError.
+    """
+    name = f"numpy.{ufunc.__name__}"
+    function = _NUMPY_UFUNCS.get(ufunc)
+    if function is None:
+        raise UnsupportedError(f"{name} is not supported on eqsat tensors; {_SUPPORTED}")
+    if method != "__call__":
+        raise UnsupportedError(
+            f"{name}.{method} is not supported on eqsat tensors; only {name}(...) is "
+            "(reductions: numpy.sum/max/mean or the tensor methods)"
+        )
+    _refuse_keywords(name, kwargs, frozenset())
+    return function(*inputs)
+
+
+def _numpy_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor:
+    """`Tensor.__array_function__`: the frontend function of numpy function `func`.
+
+    It requires: `func` in `_NUMPY_FUNCTIONS`, called with at most its `positional`
+    arguments by position and only its `keywords` by name; else UnsupportedError.
+    """
+    name = f"{func.__module__}.{func.__name__}"
+    entry = _NUMPY_FUNCTIONS.get(func)
+    if entry is None:
+        raise UnsupportedError(f"{name} is not supported on eqsat tensors; {_SUPPORTED}")
+    if len(args) > entry.positional:
+        raise UnsupportedError(
+            f"{name}: eqsat takes at most {entry.positional} positional arguments, got {len(args)}"
+        )
+    _refuse_keywords(name, kwargs, entry.keywords)
+    return entry.function(*args, **kwargs)
 
 
 def _refuse_keywords(name: str, kwargs: dict[str, Any], allowed: frozenset[str]) -> None:

@@ -111,7 +111,7 @@ def draw_egraph(
     if terms:
         chosen_count = sum(node.key in highlighted for node in shown_nodes)
         title += f"; {chosen_count:,} e-nodes of the chosen term highlighted"
-    svg = _Layout(graph, values, shown, hidden, highlighted).render(title)
+    svg = _svg(_Layout(graph, values, shown, hidden, highlighted), title)
     return EGraphPicture(svg, *counts)
 
 
@@ -307,7 +307,8 @@ class _Edge:
 
 
 class _Layout:
-    """The shown e-classes and markers placed in layers, and the edges between them."""
+    """The shown e-classes and markers placed in layers, and the edges between them: where
+    everything goes, in pixels. Drawing it is `_svg`'s."""
 
     def __init__(
         self,
@@ -337,11 +338,11 @@ class _Layout:
 
     def _class_box(self, cid: str, depth: int) -> _Box:
         rows = self.rows[cid]
-        inner = max([_row_width(row) for row in rows] + [text_width(self._header(cid))])
+        inner = max([_row_width(row) for row in rows] + [text_width(self.header(cid))])
         height = CLASS_HEADER + len(rows) * (NODE_HEIGHT + NODE_GAP) - NODE_GAP + CLASS_PAD
         return _Box(cid, depth, inner + 2 * CLASS_PAD, height)
 
-    def _header(self, cid: str) -> str:
+    def header(self, cid: str) -> str:
         """`kernel · Stmt-34`: the let-name, if any, and the id without module paths."""
         short = re.sub(r"[\w.]*\.", "", cid)
         return f"{self.names[cid]} · {short}" if cid in self.names else short
@@ -411,80 +412,6 @@ class _Layout:
                 x += width + NODE_GAP
         return origins
 
-    # ------------------------------------------------------------ drawing
-
-    def render(self, title: str) -> str:
-        width = max(self.width, text_width(title) * (FONT_SIZE + 1) / FONT_SIZE + 2 * MARGIN)
-        parts = [
-            f'<text class="caption" x="{MARGIN}" y="{MARGIN + FONT_SIZE}" '
-            f'font-size="{FONT_SIZE + 1}">{escape(title)}</text>',
-        ]
-        parts += [self._edge_svg(edge) for edge in self.edges if not edge.chosen]
-        parts += [self._edge_svg(edge) for edge in self.edges if edge.chosen]  # over the rest
-        parts += [
-            self._more_svg(box) if box.more else self._class_svg(box) for box in self.boxes.values()
-        ]
-        return svg_document(width, self.height, title, parts)
-
-    def _class_svg(self, box: _Box) -> str:
-        parts = [
-            f'<g class="eclass" data-eclass="{escape(box.key)}">',
-            f'<rect x="{px(box.x)}" y="{px(box.y)}" width="{px(box.width)}" '
-            f'height="{px(box.height)}" rx="8" fill="#f4f6fa" fill-opacity="0.6" '
-            f'stroke="#7a869a" stroke-dasharray="5 3"/>',
-            svg_text(
-                self._header(box.key),
-                box.x + CLASS_PAD,
-                box.y + CLASS_HEADER - 4,
-                "#5a6478",
-                anchor="start",
-            ),
-        ]
-        nodes = self.graph.classes[box.key]
-        for node, label, (x, y) in zip(
-            nodes, self.labels[box.key], self.origins[box.key], strict=True
-        ):
-            chosen = node.key in self.highlighted
-            parts.append(
-                f'<g class="enode{" chosen" if chosen else ""}" data-enode="{escape(node.key)}">'
-                f'<rect x="{px(x)}" y="{px(y)}" width="{px(_label_width(label))}" '
-                f'height="{NODE_HEIGHT}" rx="3" fill="{CHOSEN_FILL if chosen else NODE_FILL}" '
-                f'stroke="#333333"/>{_label_svg(label, x, y)}</g>'
-            )
-        return "\n".join([*parts, "</g>"])
-
-    def _more_svg(self, box: _Box) -> str:
-        return (
-            f'<g class="more" data-parent="{escape(box.key.removeprefix(MORE))}" '
-            f'data-hidden="{box.more}"><rect x="{px(box.x)}" y="{px(box.y)}" '
-            f'width="{px(box.width)}" height="{NODE_HEIGHT}" rx="8" fill="#eeeeee" '
-            f'stroke="#999999" stroke-dasharray="2 2"/>'
-            + svg_text(_more_text(box.more), box.x + box.width / 2, box.y + NODE_HEIGHT / 2 + 4)
-            + "</g>"
-        )
-
-    def _edge_svg(self, edge: _Edge) -> str:
-        """A curve from the node's bottom edge to the top of a box below it, or to the bottom of
-        a box above or beside it (dipping under both first)."""
-        x, y = self.origins[edge.source][edge.node]
-        width = _label_width(self.labels[edge.source][edge.node])
-        start = (x + width * (edge.port + 1) / (edge.ports + 1), y + NODE_HEIGHT)
-        target = self.boxes[edge.target]
-        if target.layer > self.boxes[edge.source].layer:
-            end = (target.x + target.width / 2, target.y)
-            bend = (end[1] - start[1]) / 2
-            control1, control2 = (start[0], start[1] + bend), (end[0], end[1] - bend)
-        else:
-            end = (target.x + target.width / 2, target.y + target.height)
-            low = max(start[1], end[1]) + BACK_EDGE_DIP
-            control1, control2 = (start[0], low), (end[0], low)
-        colour = CHOSEN_EDGE_COLOUR if edge.chosen else EDGE_COLOUR
-        path = " ".join(_point(p) for p in (control1, control2, end))
-        return (
-            f'<path class="edge" d="M{_point(start)} C{path}" fill="none" stroke="{colour}" '
-            f'stroke-width="{1.8 if edge.chosen else 1}"/>' + _arrowhead(control2, end, colour)
-        )
-
 
 def _sweep(layers: list[list[str]], links: list[tuple[str, float, str]], downwards: bool) -> None:
     """One barycentre pass: each layer (after the first one in the pass's direction) is sorted by
@@ -508,6 +435,88 @@ def _by_barycentre(layer: list[str], pulls: dict[str, list[float]]) -> list[str]
         for place, key in enumerate(layer)
     ]
     return [key for _, _, key in sorted(keyed)]
+
+
+# ---------------------------------------------------------------- drawing
+
+
+def _svg(layout: _Layout, title: str) -> str:
+    """The SVG of a placed layout: the title, the edges (chosen ones over the rest), then the
+    e-class boxes and markers, each where the layout put it."""
+    width = max(layout.width, text_width(title) * (FONT_SIZE + 1) / FONT_SIZE + 2 * MARGIN)
+    parts = [
+        f'<text class="caption" x="{MARGIN}" y="{MARGIN + FONT_SIZE}" '
+        f'font-size="{FONT_SIZE + 1}">{escape(title)}</text>',
+    ]
+    parts += [_edge_svg(layout, edge) for edge in layout.edges if not edge.chosen]
+    parts += [_edge_svg(layout, edge) for edge in layout.edges if edge.chosen]  # over the rest
+    parts += [
+        _more_svg(box) if box.more else _class_svg(layout, box) for box in layout.boxes.values()
+    ]
+    return svg_document(width, layout.height, title, parts)
+
+
+def _class_svg(layout: _Layout, box: _Box) -> str:
+    parts = [
+        f'<g class="eclass" data-eclass="{escape(box.key)}">',
+        f'<rect x="{px(box.x)}" y="{px(box.y)}" width="{px(box.width)}" '
+        f'height="{px(box.height)}" rx="8" fill="#f4f6fa" fill-opacity="0.6" '
+        f'stroke="#7a869a" stroke-dasharray="5 3"/>',
+        svg_text(
+            layout.header(box.key),
+            box.x + CLASS_PAD,
+            box.y + CLASS_HEADER - 4,
+            "#5a6478",
+            anchor="start",
+        ),
+    ]
+    nodes = layout.graph.classes[box.key]
+    for node, label, (x, y) in zip(
+        nodes, layout.labels[box.key], layout.origins[box.key], strict=True
+    ):
+        chosen = node.key in layout.highlighted
+        parts.append(
+            f'<g class="enode{" chosen" if chosen else ""}" data-enode="{escape(node.key)}">'
+            f'<rect x="{px(x)}" y="{px(y)}" width="{px(_label_width(label))}" '
+            f'height="{NODE_HEIGHT}" rx="3" fill="{CHOSEN_FILL if chosen else NODE_FILL}" '
+            f'stroke="#333333"/>{_label_svg(label, x, y)}</g>'
+        )
+    return "\n".join([*parts, "</g>"])
+
+
+def _edge_svg(layout: _Layout, edge: _Edge) -> str:
+    """A curve from the node's bottom edge to the top of a box below it, or to the bottom of a
+    box above or beside it (dipping under both first)."""
+    x, y = layout.origins[edge.source][edge.node]
+    width = _label_width(layout.labels[edge.source][edge.node])
+    start = (x + width * (edge.port + 1) / (edge.ports + 1), y + NODE_HEIGHT)
+    target = layout.boxes[edge.target]
+    if target.layer > layout.boxes[edge.source].layer:
+        end = (target.x + target.width / 2, target.y)
+        bend = (end[1] - start[1]) / 2
+        control1, control2 = (start[0], start[1] + bend), (end[0], end[1] - bend)
+    else:
+        end = (target.x + target.width / 2, target.y + target.height)
+        low = max(start[1], end[1]) + BACK_EDGE_DIP
+        control1, control2 = (start[0], low), (end[0], low)
+    colour = CHOSEN_EDGE_COLOUR if edge.chosen else EDGE_COLOUR
+    path = " ".join(_point(p) for p in (control1, control2, end))
+    return (
+        f'<path class="edge" d="M{_point(start)} C{path}" fill="none" stroke="{colour}" '
+        f'stroke-width="{1.8 if edge.chosen else 1}"/>' + _arrowhead(control2, end, colour)
+    )
+
+
+def _more_svg(box: _Box) -> str:
+    """The marker standing for a class's children that did not fit."""
+    return (
+        f'<g class="more" data-parent="{escape(box.key.removeprefix(MORE))}" '
+        f'data-hidden="{box.more}"><rect x="{px(box.x)}" y="{px(box.y)}" '
+        f'width="{px(box.width)}" height="{NODE_HEIGHT}" rx="8" fill="#eeeeee" '
+        f'stroke="#999999" stroke-dasharray="2 2"/>'
+        + svg_text(_more_text(box.more), box.x + box.width / 2, box.y + NODE_HEIGHT / 2 + 4)
+        + "</g>"
+    )
 
 
 # ---------------------------------------------------------------- text and shapes
