@@ -3,7 +3,7 @@
 Every argument is checked before any memory is touched; non-contiguous, unaligned or
 non-native-byte-order inputs are copied, never misread. Outputs are new arrays on every call,
 except that a large output array nothing references any more (`OutputPool`) is written again:
-a fresh 64 MB array costs ~6 ms of page faults here, as much as streaming it from DRAM.
+a fresh large array costs as much in page faults as streaming it from DRAM (docs/MEASUREMENTS.md).
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ class Kernel:
 
     def __init__(
         self,
+        *,
         library: Library,
         symbol: str,
         inputs: Sequence[TensorSpec],
@@ -95,7 +96,7 @@ class Kernel:
         explanation: str,
         stages: Sequence[SaturationReport] = (),
     ) -> None:
-        """Wrap `library.lib.<symbol>`.
+        """Wrap `library.lib.<symbol>` (every argument by keyword).
 
         It requires:
         1. `library` was built with the cdef `prototype(symbol, len(inputs), len(outputs), dtype,

@@ -65,9 +65,9 @@ class Candidate:
     source: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Optimized:
-    """What the optimizer chose, and why (`report()`)."""
+    """What the optimizer chose, and why (`report()`). Constructed by keyword only."""
 
     original: tuple[Term, ...]  # tensor terms as written
     chosen: tuple[Term, ...]  # after algebra + stage-1 extraction
@@ -268,7 +268,7 @@ def _optimize_algebra(
     return [[term] for term in by_estimate.values()], report, graph
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Scheduled:
     """One algebraic form through stage 2."""
 
@@ -301,7 +301,15 @@ def _schedule_loops(
     canonical_cost = cost.estimate(canonical.body).cycles
     if predicted > canonical_cost:  # a deadline's best-so-far can be worse than the start
         body = canonical.body
-    return _Scheduled(form, canonical, body, cost.estimate(body), canonical_cost, report, graph)
+    return _Scheduled(
+        form=form,
+        canonical=canonical,
+        body=body,
+        estimate=cost.estimate(body),
+        canonical_cost=canonical_cost,
+        report=report,
+        graph=graph,
+    )
 
 
 def optimize(
@@ -336,20 +344,20 @@ def optimize(
             break  # a stage that hit its limits leaves no budget for another form
     best = min(scheduled, key=lambda candidate: candidate.estimate.cycles)
     return Optimized(
-        tuple(original),  # type: ignore[arg-type]
-        tuple(best.form),
-        best.canonical,
-        after_extraction(best.canonical, best.body),
-        best.estimate,
-        best.canonical_cost,
-        (algebra_report, best.report),
-        machine,
-        tuple(
+        original=tuple(original),  # type: ignore[arg-type]
+        chosen=tuple(best.form),
+        canonical=best.canonical,
+        program=after_extraction(best.canonical, best.body),
+        estimate=best.estimate,
+        canonical_cost=best.canonical_cost,
+        stages=(algebra_report, best.report),
+        machine=machine,
+        forms=tuple(
             ("; ".join(format_tensor(t) for t in c.form), c.estimate.cycles) for c in scheduled
         ),
-        best.body,
-        algebra_graph,
-        best.graph,
+        extracted=best.body,
+        algebra_graph=algebra_graph,
+        loop_graph=best.graph,
     )
 
 
@@ -399,13 +407,13 @@ def build(program: LoopProgram, optimized: Optimized, *, returns_tuple: bool = F
     )
     library = build_library(source, cdef, GCC_FLAGS[isa])
     return Kernel(
-        library,
-        SYMBOL,
-        [TensorSpec(name, shape) for name, shape in program.inputs],
-        [TensorSpec(f"out{k}", shape) for k, shape in enumerate(program.outputs)],
-        program.dtype,
-        returns_tuple or len(program.outputs) > 1,
-        source,
-        optimized.report(),
-        optimized.stages,
+        library=library,
+        symbol=SYMBOL,
+        inputs=[TensorSpec(name, shape) for name, shape in program.inputs],
+        outputs=[TensorSpec(f"out{k}", shape) for k, shape in enumerate(program.outputs)],
+        dtype=program.dtype,
+        returns_tuple=returns_tuple or len(program.outputs) > 1,
+        c_source=source,
+        explanation=optimized.report(),
+        stages=optimized.stages,
     )

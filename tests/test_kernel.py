@@ -31,7 +31,14 @@ def make_kernel(
     cdef = prototype(symbol, len(inputs), len(outputs), dtype, for_cdef=True) + ";"
     library = build_library(source, cdef, [])
     return Kernel(
-        library, symbol, inputs, outputs, dtype, returns_tuple, source, "explanation text"
+        library=library,
+        symbol=symbol,
+        inputs=inputs,
+        outputs=outputs,
+        dtype=dtype,
+        returns_tuple=returns_tuple,
+        c_source=source,
+        explanation="explanation text",
     )
 
 
@@ -206,14 +213,31 @@ def test_kernel_fail_constructor_preconditions() -> None:
     kernel = axpy_kernel()
     library = kernel._library
     spec = TensorSpec("x", SHAPE)
+
+    def kernel_of(
+        symbol: str, inputs: list[TensorSpec], outputs: list[TensorSpec], dtype: str
+    ) -> Kernel:
+        return Kernel(
+            library=library,
+            symbol=symbol,
+            inputs=inputs,
+            outputs=outputs,
+            dtype=dtype,
+            returns_tuple=False,
+            c_source="",
+            explanation="",
+        )
+
     with pytest.raises(TypeError, match="int32"):
-        Kernel(library, "test_kernel", [spec], [spec], "int32", False, "", "")
+        kernel_of("test_kernel", [spec], [spec], "int32")
     with pytest.raises(ValueError, match="distinct"):
-        Kernel(library, "test_kernel", [spec, spec], [spec], "float32", False, "", "")
+        kernel_of("test_kernel", [spec, spec], [spec], "float32")
     with pytest.raises(ValueError, match="returns_tuple"):
-        Kernel(library, "test_kernel", [spec], [spec, spec], "float32", False, "", "")
+        kernel_of("test_kernel", [spec], [spec, spec], "float32")
     with pytest.raises(AttributeError):
-        Kernel(library, "no_such_symbol", [spec], [spec], "float32", False, "", "")
+        kernel_of("no_such_symbol", [spec], [spec], "float32")
+    with pytest.raises(TypeError, match="positional"):  # every argument by keyword
+        Kernel(library, "test_kernel", [spec], [spec], "float32", False, "", "")  # type: ignore[misc]
 
 
 def test_kernel_concurrent_threads_get_correct_results() -> None:

@@ -33,7 +33,16 @@ def compiled(program: LoopProgram, isa: str) -> Kernel:
     library = build_library(source, cdef, GCC_FLAGS[isa])
     inputs = [TensorSpec(name, shape) for name, shape in program.inputs]
     outputs = [TensorSpec("out0", program.outputs[0])]
-    return Kernel(library, "eqsat_kernel", inputs, outputs, program.dtype, False, source, "")
+    return Kernel(
+        library=library,
+        symbol="eqsat_kernel",
+        inputs=inputs,
+        outputs=outputs,
+        dtype=program.dtype,
+        returns_tuple=False,
+        c_source=source,
+        explanation="",
+    )
 
 
 def agrees_with_interpreter(program: LoopProgram, isa: str, seed: int = 0) -> None:

@@ -104,14 +104,14 @@ def test_emitted_c_matches_its_snapshot_and_runs(name: str, isa: str) -> None:
     cdef = prototype("eqsat_kernel", len(program.inputs), 1, program.dtype, for_cdef=True) + ";"
     library = build_library(path.read_text(), cdef, GCC_FLAGS[isa])
     kernel = Kernel(
-        library,
-        "eqsat_kernel",
-        [TensorSpec(n, s) for n, s in program.inputs],
-        [TensorSpec("out0", program.outputs[0])],
-        program.dtype,
-        False,
-        source,
-        "",
+        library=library,
+        symbol="eqsat_kernel",
+        inputs=[TensorSpec(n, s) for n, s in program.inputs],
+        outputs=[TensorSpec("out0", program.outputs[0])],
+        dtype=program.dtype,
+        returns_tuple=False,
+        c_source=source,
+        explanation="",
     )
     rng = np.random.default_rng(7)
     inputs = {n: rng.standard_normal(s).astype(program.dtype) for n, s in program.inputs}
