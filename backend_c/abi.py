@@ -16,16 +16,20 @@ def prototype(symbol: str, n_inputs: int, n_outputs: int, dtype: str, *, for_cde
     1. `symbol` is a valid C identifier (callers mangle user names; this function does not);
     2. `dtype` is a key of `C_TYPES`; `n_inputs >= 0` and `n_outputs >= 1`.
 
-    `for_cdef=True` leaves out `restrict`, which cffi's cdef parser rejects.
+    `for_cdef=True` gives cffi's declaration: every buffer a `void *` (the same calling
+    convention), so a call passes numpy's buffers without a per-argument type conversion, and
+    no `restrict`, which cffi's cdef parser rejects.
 
     >>> prototype("k", 2, 1, "float32", for_cdef=False)
     'void k(const float *restrict in0, const float *restrict in1, float *restrict out0)'
+    >>> prototype("k", 2, 1, "float32", for_cdef=True)
+    'void k(const void *in0, const void *in1, void *out0)'
     """
     if dtype not in C_TYPES:
         raise ValueError(f"unsupported dtype {dtype!r}; expected one of {sorted(C_TYPES)}")
     if n_inputs < 0 or n_outputs < 1:
         raise ValueError(f"a kernel needs >= 0 inputs and >= 1 output, got {n_inputs}, {n_outputs}")
-    c_type = C_TYPES[dtype]
+    c_type = "void" if for_cdef else C_TYPES[dtype]
     pointer = "*" if for_cdef else "*restrict "
     inputs = [f"const {c_type} {pointer}in{i}" for i in range(n_inputs)]
     outputs = [f"{c_type} {pointer}out{i}" for i in range(n_outputs)]

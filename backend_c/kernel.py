@@ -46,7 +46,7 @@ class OutputPool:
 
     def take(self) -> tuple[np.ndarray, ...]:
         if self._all_small:  # nothing to pool: no lock on the path of small kernels
-            return tuple(np.empty(shape, dtype=self._dtype) for shape in self._shapes)
+            return tuple([np.empty(shape, dtype=self._dtype) for shape in self._shapes])
         with self._lock:
             return tuple(self._take(slot) for slot in range(len(self._shapes)))
 
@@ -115,7 +115,6 @@ class Kernel:
             raise ValueError(f"{len(outputs)} outputs need returns_tuple=True and at least one")
         self._library = library  # keeps the shared library loaded while the kernel lives
         self._function = getattr(library.lib, symbol)
-        self._c_array_type = f"{C_TYPES[dtype]}[]"
         self._inputs = tuple(inputs)
         self._input_names = names
         self._outputs = tuple(outputs)
@@ -165,14 +164,16 @@ class Kernel:
         exactly its declared shape. Otherwise TypeError (missing, unknown, repeated or extra
         argument; not an ndarray; wrong dtype) or ValueError (wrong shape), before any C runs.
         """
-        arrays = [self._checked(spec, value) for spec, value in self._bind(args, kwargs)]
+        positional = not kwargs and len(args) == len(self._inputs)  # the common call
+        pairs = zip(self._inputs, args, strict=True) if positional else self._bind(args, kwargs)
+        arrays = [self._checked(spec, value) for spec, value in pairs]
         results = self._output_pool.take()
-        ffi = self._library.ffi
-        pointers = [ffi.from_buffer(self._c_array_type, array) for array in arrays]
-        pointers += [
-            ffi.from_buffer(self._c_array_type, result, require_writable=True) for result in results
-        ]
-        self._function(*pointers)  # `arrays` and `results` stay referenced until it returns
+        from_buffer = self._library.ffi.from_buffer
+        # `arrays` and `results` stay referenced until the function returns
+        self._function(
+            *[from_buffer(array) for array in arrays],
+            *[from_buffer(result, require_writable=True) for result in results],
+        )
         return results if self._returns_tuple else results[0]
 
     def __repr__(self) -> str:
@@ -183,8 +184,6 @@ class Kernel:
     def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[TensorSpec, Any]]:
         """Pair every input spec with its argument, or raise TypeError naming the culprit."""
         names = self._input_names
-        if not kwargs and len(args) == len(names):  # the common call, checked by position
-            return list(zip(self._inputs, args, strict=True))
         if len(args) > len(names):
             raise TypeError(
                 f"kernel takes {len(names)} inputs {names} but {len(args)} positional "
