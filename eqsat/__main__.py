@@ -5,8 +5,8 @@ options) and `python -m eqsat rules` (every rewrite rule with its identity and g
 numpy is timed with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (this machine's environment sets
 them, which halves OpenBLAS's sgemm): the comparison is against the best numpy. And with
 OPENBLAS_THREAD_TIMEOUT=4 unless set: OpenBLAS's idle threads otherwise keep yielding for 2^28
-cycles (~70 ms) after each call, so a kernel timed right after numpy shares the cores with them
-(1024^3 matmul: 15.7 ms instead of 7.2; numpy's own time does not change: 5.1 ms).
+cycles after each call, so a kernel timed right after numpy shares the cores with them, while
+numpy's own time does not change (docs/MEASUREMENTS.md).
 """
 
 from __future__ import annotations
