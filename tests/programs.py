@@ -8,8 +8,14 @@ import numpy as np
 from hypothesis import strategies as st
 
 import eqsat
+from eqsat.backend_c.abi import prototype
+from eqsat.backend_c.build import build_library
+from eqsat.backend_c.emit import emit
+from eqsat.backend_c.isa import GCC_FLAGS
+from eqsat.backend_c.kernel import Kernel, TensorSpec
+from eqsat.core.interp import run
 from eqsat.core.pretty import format_loops
-from eqsat.core.terms import Term
+from eqsat.core.terms import LoopProgram, Term
 
 # 17 and 33 exceed a 16-lane vector (masked tails); 1 exercises broadcasting.
 DIMS = st.sampled_from([1, 2, 3, 5, 17, 33])
@@ -133,3 +139,33 @@ def assert_variant_agrees(got: np.ndarray, want: np.ndarray, body: Term) -> None
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
     except AssertionError as failure:
         raise AssertionError(f"{failure}\nprogram:\n{format_loops(body, 1)}") from None
+
+
+def compiled(program: LoopProgram, isa: str, source: str | None = None) -> Kernel:
+    """`program` emitted for `isa` (or the C `source` given for it), built and loaded; one
+    output."""
+    source = emit(program, isa, "eqsat_kernel") if source is None else source
+    cdef = prototype("eqsat_kernel", len(program.inputs), 1, program.dtype, for_cdef=True) + ";"
+    library = build_library(source, cdef, GCC_FLAGS[isa])
+    inputs = [TensorSpec(name, shape) for name, shape in program.inputs]
+    outputs = [TensorSpec("out0", program.outputs[0])]
+    return Kernel(
+        library=library,
+        symbol="eqsat_kernel",
+        inputs=inputs,
+        outputs=outputs,
+        dtype=program.dtype,
+        returns_tuple=False,
+        c_source=source,
+        explanation="",
+    )
+
+
+def agrees_with_interpreter(
+    program: LoopProgram, isa: str, seed: int = 0, source: str | None = None
+) -> None:
+    """The compiled `program` (`compiled`) agrees with the interpreter on random inputs."""
+    rng = np.random.default_rng(seed)
+    inputs = {n: rng.standard_normal(s).astype(program.dtype) for n, s in program.inputs}
+    want = run(program, inputs, dtype=np.float64)[0]
+    assert_close(compiled(program, isa, source)(**inputs), want, program.dtype)  # type: ignore[arg-type]

@@ -10,46 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import eqsat
-from eqsat.backend_c.abi import prototype
-from eqsat.backend_c.build import build_library
 from eqsat.backend_c.emit import emit
-from eqsat.backend_c.isa import GCC_FLAGS
-from eqsat.backend_c.kernel import Kernel, TensorSpec
 from eqsat.core.interp import run
 from eqsat.core.loops import axis_extent, mean_trips, trip_runs
 from eqsat.core.terms import LoopProgram, Term
 from eqsat.rewrites.packing import pack_panels
-from tests.programs import assert_close
+from tests.programs import agrees_with_interpreter, assert_close
 from tests.test_loops import at, inner, named, nest, outer
 from tests.test_packing import tiled_matmul
 
 ISAS = ("avx512", "avx2", "scalar")
-
-
-def compiled(program: LoopProgram, isa: str) -> Kernel:
-    """`program` emitted for `isa`, built and loaded (one output)."""
-    source = emit(program, isa, "eqsat_kernel")
-    cdef = prototype("eqsat_kernel", len(program.inputs), 1, program.dtype, for_cdef=True) + ";"
-    library = build_library(source, cdef, GCC_FLAGS[isa])
-    inputs = [TensorSpec(name, shape) for name, shape in program.inputs]
-    outputs = [TensorSpec("out0", program.outputs[0])]
-    return Kernel(
-        library=library,
-        symbol="eqsat_kernel",
-        inputs=inputs,
-        outputs=outputs,
-        dtype=program.dtype,
-        returns_tuple=False,
-        c_source=source,
-        explanation="",
-    )
-
-
-def agrees_with_interpreter(program: LoopProgram, isa: str, seed: int = 0) -> None:
-    rng = np.random.default_rng(seed)
-    inputs = {n: rng.standard_normal(s).astype(program.dtype) for n, s in program.inputs}
-    want = run(program, inputs, dtype=np.float64)[0]
-    assert_close(compiled(program, isa)(**inputs), want, program.dtype)  # type: ignore[arg-type]
 
 
 def test_trips_of_the_pieces_of_a_split_with_a_remainder() -> None:

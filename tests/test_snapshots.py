@@ -17,17 +17,12 @@ import numpy as np
 import pytest
 
 import eqsat
-from eqsat.backend_c.abi import prototype
-from eqsat.backend_c.build import build_library
 from eqsat.backend_c.emit import emit
-from eqsat.backend_c.isa import GCC_FLAGS
-from eqsat.backend_c.kernel import Kernel, TensorSpec
-from eqsat.core.interp import run
 from eqsat.core.loops import vectorizable
 from eqsat.core.terms import LoopProgram, Term, to_term
 from eqsat.rewrites.lowering import lower
 from eqsat.rewrites.packing import pack_panels
-from tests.programs import assert_close
+from tests.programs import agrees_with_interpreter, assert_close
 from tests.test_loops import at, inner, named, nest, outer
 from tests.test_packing import tiled_matmul
 
@@ -101,22 +96,7 @@ def test_emitted_c_matches_its_snapshot_and_runs(name: str, isa: str) -> None:
     assert path.exists(), f"no snapshot {path.name}; run with EQSAT_UPDATE_SNAPSHOTS=1"
     assert source == path.read_text(), f"emitted C differs from {path.name}"
 
-    cdef = prototype("eqsat_kernel", len(program.inputs), 1, program.dtype, for_cdef=True) + ";"
-    library = build_library(path.read_text(), cdef, GCC_FLAGS[isa])
-    kernel = Kernel(
-        library=library,
-        symbol="eqsat_kernel",
-        inputs=[TensorSpec(n, s) for n, s in program.inputs],
-        outputs=[TensorSpec("out0", program.outputs[0])],
-        dtype=program.dtype,
-        returns_tuple=False,
-        c_source=source,
-        explanation="",
-    )
-    rng = np.random.default_rng(7)
-    inputs = {n: rng.standard_normal(s).astype(program.dtype) for n, s in program.inputs}
-    want = run(program, inputs, dtype=np.float64)[0]
-    assert_close(kernel(**inputs), want, program.dtype)  # type: ignore[arg-type]
+    agrees_with_interpreter(program, isa, seed=7, source=path.read_text())
 
 
 @pytest.mark.parametrize(

@@ -37,13 +37,17 @@ from eqsat.tools import model_check, sweep
 from eqsat.tools.workloads import (
     Result,
     Workload,
+    elementwise_workload,
+    layernorm_workload,
+    matmul_workload,
+    mlp_workload,
     numexpr_baseline,
     numexpr_module,
     numpy_gelu,
-    numpy_layernorm,
     numpy_softmax,
     omp_threads,
     run_workload,
+    softmax_workload,
 )
 
 
@@ -54,18 +58,8 @@ def workloads(quick: bool = False) -> list[Workload]:
     size = 64 if quick else 1024  # matmul size^3, MLP and attention sequence length
     chain = 64 if quick else 2048
     head = 16 if quick else 64
-    vectors = {"a": (n,), "b": (n,), "c": (n,)}
     return [
-        Workload(
-            "elementwise",
-            f"relu(a*b + c)*0.5, {n:,} elements",
-            vectors,
-            lambda a, b, c: eqsat.relu(a * b + c) * 0.5,
-            lambda a, b, c: np.maximum(a * b + c, 0) * 0.5,
-            target=3.0,
-            min_dram_fraction=0.8,
-            others=numexpr_baseline("where(a*b + c > 0, (a*b + c) * half, 0)", half=0.5),
-        ),
+        elementwise_workload((n,), target=3.0, min_dram_fraction=0.8),
         Workload(
             "gelu",
             f"eqsat.gelu (tanh form), {n:,} elements",
@@ -80,40 +74,10 @@ def workloads(quick: bool = False) -> list[Workload]:
                 g=0.044715,
             ),
         ),
-        Workload(
-            "softmax",
-            f"row softmax, {rows}x{rows}",
-            {"x": (rows, rows)},
-            eqsat.softmax,
-            numpy_softmax,
-            target=4.0,
-        ),
-        Workload(
-            "layernorm",
-            f"eqsat.layernorm over rows with weight and bias, {rows}x{rows}",
-            {"x": (rows, rows), "weight": (rows,), "bias": (rows,)},
-            eqsat.layernorm,
-            numpy_layernorm,
-            target=6.0,
-        ),
-        Workload(
-            "matmul",
-            f"A @ B, {size}^3",
-            {"A": (size, size), "B": (size, size)},
-            lambda A, B: A @ B,
-            lambda A, B: A @ B,
-            target=0.8,
-            flops=2.0 * size**3,
-        ),
-        Workload(
-            "mlp",
-            f"relu(x @ W + b), x {size // 2}x{size}, W {size}x{size}",
-            {"x": (size // 2, size), "W": (size, size), "b": (size,)},
-            lambda x, W, b: eqsat.relu(x @ W + b),
-            lambda x, W, b: np.maximum(x @ W + b, 0),
-            target=0.9,
-            flops=2.0 * (size // 2) * size * size,
-        ),
+        softmax_workload(rows, rows, target=4.0),
+        layernorm_workload(rows, rows, target=6.0),
+        matmul_workload(size, size, size, target=0.8),
+        mlp_workload(size // 2, size, size, target=0.9),
         Workload(
             "attention",
             f"softmax(Q @ K.T / 8) @ V, Q K V {size}x{head}",

@@ -15,9 +15,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import eqsat
 from eqsat.extract.machine import Machine
-from eqsat.tools.workloads import Result, Workload, numpy_layernorm, numpy_softmax, run_workload
+from eqsat.tools.workloads import (
+    Result,
+    Workload,
+    elementwise_workload,
+    layernorm_workload,
+    matmul_workload,
+    mlp_workload,
+    run_workload,
+    softmax_workload,
+)
 
 
 @dataclass(frozen=True)
@@ -35,74 +43,13 @@ class Family:
     worst_target: float  # every shape at least this
 
 
-def _matmul(shape: tuple[int, ...]) -> Workload:
-    m, k, n = shape
-    return Workload(
-        "matmul",
-        f"A @ B, {m}x{k} @ {k}x{n}",
-        {"A": (m, k), "B": (k, n)},
-        lambda A, B: A @ B,
-        lambda A, B: A @ B,
-        target=0.6,
-        flops=2.0 * m * k * n,
-    )
-
-
-def _mlp(shape: tuple[int, ...]) -> Workload:
-    m, k, n = shape
-    return Workload(
-        "mlp",
-        f"relu(x @ W + b), x {m}x{k}, W {k}x{n}",
-        {"x": (m, k), "W": (k, n), "b": (n,)},
-        lambda x, W, b: eqsat.relu(x @ W + b),
-        lambda x, W, b: np.maximum(x @ W + b, 0),
-        target=0.7,
-        flops=2.0 * m * k * n,
-    )
-
-
-def _softmax(shape: tuple[int, ...]) -> Workload:
-    rows, columns = shape
-    return Workload(
-        "softmax",
-        f"row softmax, {rows}x{columns}",
-        {"x": (rows, columns)},
-        eqsat.softmax,
-        numpy_softmax,
-        target=1.5,
-    )
-
-
-def _layernorm(shape: tuple[int, ...]) -> Workload:
-    rows, columns = shape
-    return Workload(
-        "layernorm",
-        f"layernorm with weight and bias, {rows}x{columns}",
-        {"x": (rows, columns), "weight": (columns,), "bias": (columns,)},
-        eqsat.layernorm,
-        numpy_layernorm,
-        target=2.0,
-    )
-
-
-def _elementwise(shape: tuple[int, ...]) -> Workload:
-    rows, columns = shape
-    return Workload(
-        "elementwise",
-        f"relu(a*b + c)*0.5, {rows}x{columns}",
-        {"a": (rows, columns), "b": (rows, columns), "c": (rows, columns)},
-        lambda a, b, c: eqsat.relu(a * b + c) * 0.5,
-        lambda a, b, c: np.maximum(a * b + c, 0) * 0.5,
-        target=1.0,
-    )
-
-
+# Each shape's own target is the family's worst-case target.
 FAMILIES = (
-    Family("matmul", 3, (8, 2048), 2.0e9, _matmul, mean_target=0.9, worst_target=0.6),
-    Family("mlp", 3, (8, 2048), 2.0e9, _mlp, mean_target=1.0, worst_target=0.7),
-    Family("softmax", 2, (8, 8192), 1.6e7, _softmax, mean_target=2.5, worst_target=1.5),
-    Family("layernorm", 2, (8, 8192), 1.6e7, _layernorm, mean_target=3.5, worst_target=2.0),
-    Family("elementwise", 2, (4, 8192), 1.6e7, _elementwise, mean_target=2.5, worst_target=1.0),
+    Family("matmul", 3, (8, 2048), 2.0e9, lambda s: matmul_workload(*s, 0.6), 0.9, 0.6),
+    Family("mlp", 3, (8, 2048), 2.0e9, lambda s: mlp_workload(*s, 0.7), 1.0, 0.7),
+    Family("softmax", 2, (8, 8192), 1.6e7, lambda s: softmax_workload(*s, 1.5), 2.5, 1.5),
+    Family("layernorm", 2, (8, 8192), 1.6e7, lambda s: layernorm_workload(*s, 2.0), 3.5, 2.0),
+    Family("elementwise", 2, (4, 8192), 1.6e7, lambda s: elementwise_workload(s, 1.0), 2.5, 1.0),
 )
 
 

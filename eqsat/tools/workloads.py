@@ -101,6 +101,72 @@ def numpy_layernorm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.n
     return centered / np.sqrt(variance + 1e-5) * weight + bias
 
 
+def matmul_workload(m: int, k: int, n: int, target: float) -> Workload:
+    """`A @ B` of (m, k) by (k, n)."""
+    return Workload(
+        "matmul",
+        f"A @ B, {m}x{k} @ {k}x{n}",
+        {"A": (m, k), "B": (k, n)},
+        lambda A, B: A @ B,
+        lambda A, B: A @ B,
+        target=target,
+        flops=2.0 * m * k * n,
+    )
+
+
+def mlp_workload(m: int, k: int, n: int, target: float) -> Workload:
+    """A dense layer `relu(x @ W + b)`, x of (m, k), W of (k, n)."""
+    return Workload(
+        "mlp",
+        f"relu(x @ W + b), x {m}x{k}, W {k}x{n}",
+        {"x": (m, k), "W": (k, n), "b": (n,)},
+        lambda x, W, b: eqsat.relu(x @ W + b),
+        lambda x, W, b: np.maximum(x @ W + b, 0),
+        target=target,
+        flops=2.0 * m * k * n,
+    )
+
+
+def softmax_workload(rows: int, columns: int, target: float) -> Workload:
+    """`eqsat.softmax` over the rows of a (rows, columns) matrix."""
+    return Workload(
+        "softmax",
+        f"row softmax, {rows}x{columns}",
+        {"x": (rows, columns)},
+        eqsat.softmax,
+        numpy_softmax,
+        target=target,
+    )
+
+
+def layernorm_workload(rows: int, columns: int, target: float) -> Workload:
+    """`eqsat.layernorm` over the rows of a (rows, columns) matrix, with weight and bias."""
+    return Workload(
+        "layernorm",
+        f"layernorm with weight and bias, {rows}x{columns}",
+        {"x": (rows, columns), "weight": (columns,), "bias": (columns,)},
+        eqsat.layernorm,
+        numpy_layernorm,
+        target=target,
+    )
+
+
+def elementwise_workload(
+    shape: tuple[int, ...], target: float, min_dram_fraction: float | None = None
+) -> Workload:
+    """The chain `relu(a*b + c)*0.5` on three arrays of `shape` (numexpr too when installed)."""
+    return Workload(
+        "elementwise",
+        f"relu(a*b + c)*0.5, {'x'.join(map(str, shape))}",
+        dict.fromkeys("abc", shape),
+        lambda a, b, c: eqsat.relu(a * b + c) * 0.5,
+        lambda a, b, c: np.maximum(a * b + c, 0) * 0.5,
+        target=target,
+        min_dram_fraction=min_dram_fraction,
+        others=numexpr_baseline("where(a*b + c > 0, (a*b + c) * half, 0)", half=0.5),
+    )
+
+
 def omp_threads(machine: Machine) -> int:
     """Threads of an OpenMP parallel loop: OMP_NUM_THREADS (first value) or all cores."""
     value = os.environ.get("OMP_NUM_THREADS", "").split(",")[0]
