@@ -3,10 +3,10 @@
 options) and `python -m eqsat rules` (every rewrite rule with its identity and guard).
 
 numpy is timed with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (this machine's environment sets
-them, which halves OpenBLAS's sgemm): the comparison is against the best numpy. And with
-OPENBLAS_THREAD_TIMEOUT=4 unless set: OpenBLAS's idle threads otherwise keep yielding for 2^28
-cycles after each call, so a kernel timed right after numpy shares the cores with them, while
-numpy's own time does not change (docs/MEASUREMENTS.md).
+them, which halves OpenBLAS's sgemm): the comparison is against the best numpy. OpenBLAS keeps
+its default thread timeout (idle threads yield for a while after each call, which makes its
+back-to-back calls fastest); the timing lets them settle before it times anything else
+(`eqsat.tools.workloads.SETTLE_SECONDS`).
 """
 
 from __future__ import annotations
@@ -15,16 +15,13 @@ import os
 import sys
 
 _OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-_THREAD_TIMEOUT = ("OPENBLAS_THREAD_TIMEOUT", "4")  # 2^4 cycles of yielding once idle
 
 
 def _reexec_with_fair_openblas() -> None:
     """numpy reads these when it is first imported; restart the process without the overrides
-    and with OpenBLAS's idle threads going to sleep at once (module doc)."""
-    variable, value = _THREAD_TIMEOUT
-    if any(var in os.environ for var in _OPENBLAS_VARS) or variable not in os.environ:
+    (module doc)."""
+    if any(var in os.environ for var in _OPENBLAS_VARS):
         env = {k: v for k, v in os.environ.items() if k not in _OPENBLAS_VARS}
-        env.setdefault(variable, value)
         os.execve(sys.executable, [sys.executable, "-m", "eqsat", *sys.argv[1:]], env)
 
 

@@ -161,3 +161,10 @@ def test_call_overhead_is_measured_for_a_kernel_a_jit_function_and_numpy(
     seconds = json.loads(out.read_text())["call_overhead_seconds"]
     assert set(seconds) == {"Kernel", "@jit", "numpy"} and all(s > 0 for s in seconds.values())
     assert "call overhead, x * 2 + 1 on 1000 elements: Kernel" in capsys.readouterr().out
+
+
+def test_settling_idles_before_every_block() -> None:
+    functions = {name: (lambda: None) for name in "ab"}
+    start = time.perf_counter()
+    interleaved_medians(functions, repeats=3, budget_seconds=60.0, settle_seconds=0.05)
+    assert time.perf_counter() - start >= 2 * 3 * 0.05  # one idle per block: 2 names, 3 rounds

@@ -64,6 +64,7 @@ def interleaved_medians(
     budget_seconds: float = BUDGET_SECONDS,
     *,
     each_seconds: float | None = None,
+    settle_seconds: float = 0.0,
 ) -> dict[Name, float]:
     """Median wall time of one call of each function, timed in rounds after one warm-up.
 
@@ -76,7 +77,9 @@ def interleaved_medians(
     caches warm with shared inputs, or full of its own data, for the next). It runs
     `repeats` rounds, or stops after MIN_ROUNDS once `budget_seconds` have passed. With
     `each_seconds`, a function also leaves the rounds once it has MIN_ROUNDS samples taking that
-    long in total (a slow function gets few rounds, a fast one many).
+    long in total (a slow function gets few rounds, a fast one many). With `settle_seconds`, the
+    process idles that long before each block, so the threads a function left spinning (a BLAS
+    library's) have gone to sleep before another one is timed.
 
     It requires: `repeats` >= 1.
     """
@@ -94,6 +97,8 @@ def interleaved_medians(
         shift = round_ % len(timed)
         for name in timed[shift:] + timed[:shift]:
             function, count = functions[name], calls[name]
+            if settle_seconds:
+                time.sleep(settle_seconds)
             before = time.perf_counter()
             for _ in range(count):
                 function()

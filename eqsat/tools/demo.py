@@ -9,7 +9,7 @@ import numpy as np
 
 import eqsat
 from eqsat.core.measure import agreement, interleaved_medians, random_inputs
-from eqsat.tools.workloads import numpy_softmax
+from eqsat.tools.workloads import SETTLE_SECONDS, numpy_softmax
 
 
 def _show(
@@ -33,7 +33,9 @@ def _show(
     print("C (excerpt):")
     print("\n".join("  " + line.strip()[:110] for line in c_lines[:6]))
     medians = interleaved_medians(
-        {"eqsat": lambda: kernel(**inputs), "numpy": lambda: numpy_version(**inputs)}, repeats=15
+        {"eqsat": lambda: kernel(**inputs), "numpy": lambda: numpy_version(**inputs)},
+        repeats=15,
+        settle_seconds=SETTLE_SECONDS,
     )
     t_eqsat, t_numpy = medians["eqsat"], medians["numpy"]
     status = "OK" if found.ok else "MISMATCH"
@@ -57,6 +59,6 @@ def run_demo() -> None:
     _show("row softmax, 1024x1024", eqsat.softmax(s), {"s": (1024, 1024)}, numpy_softmax)
     print(
         "threads: eqsat uses OpenMP on the loops it marks parallel; numpy uses OpenBLAS's "
-        "default thread count (unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE; "
-        "OPENBLAS_THREAD_TIMEOUT=4, so its idle threads sleep instead of yielding)."
+        "default thread count (unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE); each side is "
+        "timed after the other's threads went idle."
     )

@@ -21,6 +21,10 @@ import eqsat
 from eqsat.core.measure import agreement, interleaved_medians, random_inputs
 from eqsat.extract.machine import Machine
 
+# Idle time before each side's block of calls: OpenBLAS's threads yield for ~0.15 s after a
+# call and would slow whatever is timed next on the same cores.
+SETTLE_SECONDS = 0.2
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -197,7 +201,7 @@ def run_workload(
             "numpy": partial(workload.reference, **inputs),
             **{name: partial(other, **inputs) for name, other in workload.others.items()},
         }
-        result.seconds = interleaved_medians(functions, repeats)
+        result.seconds = interleaved_medians(functions, repeats, settle_seconds=SETTLE_SECONDS)
     except Exception as error:  # a failing workload is reported in its row; the run goes on
         lines = str(error).splitlines()
         result.failure = f"{type(error).__name__}: {lines[0] if lines else ''}"
