@@ -47,8 +47,7 @@ def main(argv: list[str]) -> int:
         return run_bench(argv[1:])
     from eqsat.tools.demo import run_demo
 
-    run_demo()
-    return 0
+    return 0 if run_demo() else 1
 
 
 if __name__ == "__main__":

@@ -17,9 +17,11 @@ def _show(
     expression: eqsat.Tensor,
     shapes: Mapping[str, tuple[int, ...]],
     numpy_version: Callable[..., np.ndarray],
-) -> None:
+    repeats: int,
+) -> bool:
     """Compile `expression`, print what was chosen, check it against `numpy_version` run in
-    float64, and time both on the same float32 inputs."""
+    float64 (taking the inputs by name), and time both on the same float32 inputs in `repeats`
+    rounds. Returns whether the kernel agreed."""
     start = time.perf_counter()
     kernel = eqsat.compile(expression)
     compile_seconds = time.perf_counter() - start
@@ -34,7 +36,7 @@ def _show(
     print("\n".join("  " + line.strip()[:110] for line in c_lines[:6]))
     medians = interleaved_medians(
         {"eqsat": lambda: kernel(**inputs), "numpy": lambda: numpy_version(**inputs)},
-        repeats=15,
+        repeats=repeats,
         settle_seconds=SETTLE_SECONDS,
     )
     t_eqsat, t_numpy = medians["eqsat"], medians["numpy"]
@@ -44,21 +46,27 @@ def _show(
         f"median time: eqsat {t_eqsat * 1e3:.3f} ms, numpy {t_numpy * 1e3:.3f} ms, "
         f"numpy/eqsat = {t_numpy / t_eqsat:.2f}x\n"
     )
+    return found.ok
 
 
-def run_demo() -> None:
+def run_demo(repeats: int = 15) -> bool:
+    """Compile, check and time an MLP layer and a row softmax; returns whether both agreed."""
     shapes = {"x": (256, 1024), "W": (1024, 512), "b": (512,)}
     x, W, b = (eqsat.tensor(name, shape) for name, shape in shapes.items())
-    _show(
+    mlp_ok = _show(
         "MLP layer relu(x @ W + b), 256x1024 @ 1024x512",
         eqsat.relu(x @ W + b),
         shapes,
         lambda x, W, b: np.maximum(x @ W + b, 0),
+        repeats,
     )
-    s = eqsat.tensor("s", (1024, 1024))
-    _show("row softmax, 1024x1024", eqsat.softmax(s), {"s": (1024, 1024)}, numpy_softmax)
+    rows = eqsat.tensor("x", (1024, 1024))  # named as numpy_softmax's parameter
+    softmax_ok = _show(
+        "row softmax, 1024x1024", eqsat.softmax(rows), {"x": (1024, 1024)}, numpy_softmax, repeats
+    )
     print(
         "threads: eqsat uses OpenMP on the loops it marks parallel; numpy uses OpenBLAS's "
         "default thread count (unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE); each side is "
         "timed after the other's threads went idle."
     )
+    return mlp_ok and softmax_ok
