@@ -120,3 +120,44 @@ def test_compiled_matmul_epilogue_on_awkward_shapes(isa: str, shape: tuple[int, 
     xa, wa, ba = (rng.standard_normal(s).astype(np.float32) for s in ((m, k), (k, n), (n,)))
     want = np.maximum(xa.astype(np.float64) @ wa + ba, 0)
     assert_close(kernel(x=xa, w=wa, b=ba), want, "float32")  # type: ignore[arg-type]
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+PROGRAMS = {  # name: (shapes, program, float64 reference), extents no tile divides
+    "softmax": ({"x": (77, 1023)}, eqsat.softmax, _softmax),
+    "layernorm": (
+        {"x": (33, 299), "w": (299,), "b": (299,)},
+        lambda x, w, b: eqsat.layernorm(x, w, b),
+        lambda x, w, b: (x - x.mean(1, keepdims=True))
+        / np.sqrt(((x - x.mean(1, keepdims=True)) ** 2).mean(1, keepdims=True) + 1e-5)
+        * w
+        + b,
+    ),
+    "attention": (
+        {"q": (37, 20), "k": (41, 20), "v": (41, 9)},
+        lambda q, k, v: eqsat.softmax(q @ k.T / 3) @ v,
+        lambda q, k, v: _softmax(q @ k.T / 3) @ v,
+    ),
+    "batched": ({"a": (3, 19, 27), "b": (3, 27, 13)}, lambda a, b: a @ b, lambda a, b: a @ b),
+    "chain": (
+        {"a": (45, 301), "b": (301, 45), "v": (45, 1)},
+        lambda a, b, v: a @ b @ v,
+        lambda a, b, v: a @ b @ v,
+    ),
+}
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_compiled_programs_on_awkward_shapes(isa: str, name: str) -> None:
+    shapes, program, reference = PROGRAMS[name]
+    symbols = {n: eqsat.tensor(n, s) for n, s in shapes.items()}
+    kernel = eqsat.compile(program(**symbols), isa=isa, progress=False)
+    rng = np.random.default_rng(2)
+    inputs = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+    want = reference(**{n: a.astype(np.float64) for n, a in inputs.items()})
+    assert_close(kernel(**inputs), want, "float32")  # type: ignore[arg-type]
