@@ -258,13 +258,13 @@ class LoopCost:
         by how often it runs."""
         value = tile.accumulate.args[3]
         assert isinstance(value, Term)
-        indices = [load.args[1] for load in loads_in(value)]
+        indices = [i for load in loads_in(value) if isinstance(i := load.args[1], Term)]
         step = accumulators = 0.0
         for weight, sizes_of_variant in self.tile_variants(tile):
             count = math.prod(sizes_of_variant.values())
             operand_loads = sum(
-                math.prod(n for a, n in sizes_of_variant.items() if depends_on(index, a))
-                for index in indices  # type: ignore[misc]
+                math.prod([n for a, n in sizes_of_variant.items() if depends_on(index, a)])
+                for index in indices
             )
             # the accumulate's add fuses with a product into one FMA
             step += weight * (

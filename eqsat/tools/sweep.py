@@ -45,10 +45,14 @@ class Family:
 
 # Each shape's own target is the family's worst-case target.
 FAMILIES = (
-    Family("matmul", 3, (8, 2048), 2.0e9, lambda s: matmul_workload(*s, 0.6), 0.9, 0.6),
-    Family("mlp", 3, (8, 2048), 2.0e9, lambda s: mlp_workload(*s, 0.7), 1.0, 0.7),
-    Family("softmax", 2, (8, 8192), 1.6e7, lambda s: softmax_workload(*s, 1.5), 2.5, 1.5),
-    Family("layernorm", 2, (8, 8192), 1.6e7, lambda s: layernorm_workload(*s, 2.0), 3.5, 2.0),
+    Family(
+        "matmul", 3, (8, 2048), 2.0e9, lambda s: matmul_workload(s[0], s[1], s[2], 0.6), 0.9, 0.6
+    ),
+    Family("mlp", 3, (8, 2048), 2.0e9, lambda s: mlp_workload(s[0], s[1], s[2], 0.7), 1.0, 0.7),
+    Family("softmax", 2, (8, 8192), 1.6e7, lambda s: softmax_workload(s[0], s[1], 1.5), 2.5, 1.5),
+    Family(
+        "layernorm", 2, (8, 8192), 1.6e7, lambda s: layernorm_workload(s[0], s[1], 2.0), 3.5, 2.0
+    ),
     Family("elementwise", 2, (4, 8192), 1.6e7, lambda s: elementwise_workload(s, 1.0), 2.5, 1.0),
 )
 
