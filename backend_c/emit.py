@@ -297,7 +297,8 @@ class _Emitter:
     def tile_edges(self, tile: RegisterTile) -> list[Term]:
         """The split pieces that clip a register tile's axes to their extent from outside the
         tile (a remainder tile of a loop around it): the tile's copies cannot know their
-        iterations, so the tile runs only where these run in full, checked at run time."""
+        iterations, so `register_tile_loop` emits a variant of the tile per number of
+        iterations they can have, chosen at run time."""
         inside = set(_tile_axes(tile))
         edges: list[Term] = []
 
