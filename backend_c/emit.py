@@ -33,6 +33,7 @@ from eqsat.core.loops import (
     split_tile,
     streamed_store,
     trip_runs,
+    trips_here,
     vectorizable,
 )
 from eqsat.core.terms import LoopProgram, Term, index_items
@@ -316,23 +317,6 @@ class _Emitter:
             visit(axis)
         return list(dict.fromkeys(edges))
 
-    def copy_trips(
-        self, axis: Term, binding: Mapping[Term, int], assumed: Mapping[Term, int]
-    ) -> int:
-        """Iterations of a tile axis in one copy of the tile: its enclosing pieces are bound by
-        the copy (`binding`) or have the iterations the tile variant was chosen for
-        (`assumed`, its `tile_edges`)."""
-        if axis in assumed:
-            return assumed[axis]
-        if not has_remainder(axis):
-            return axis_extent(axis)
-        parent, tile = axis.args[0], int(axis.args[1])  # type: ignore[arg-type]
-        assert isinstance(parent, Term)
-        above = self.copy_trips(parent, binding, assumed)
-        if axis.op == "Axis.outer":
-            return -(-above // tile)
-        return min(tile, above - binding[Term("Axis.outer", (parent, tile))] * tile)
-
     def tile_copies(
         self, tile: RegisterTile, assumed: Mapping[Term, int]
     ) -> list[tuple[dict[Term, str], str | None]]:
@@ -342,7 +326,9 @@ class _Emitter:
         copies: list[dict[Term, int]] = [{}]
         for axis in tile.unrolled:
             copies = [
-                {**c, axis: v} for c in copies for v in range(self.copy_trips(axis, c, assumed))
+                {**c, axis: v}
+                for c in copies
+                for v in range(trips_here(axis, c.__getitem__, assumed))
             ]
         masked: list[tuple[dict[Term, int], str | None]] = [(c, None) for c in copies]
         vector_axis = tile.vector_axis
@@ -358,10 +344,10 @@ class _Emitter:
                         count = f"({left} >= {lanes} ? {lanes} : {left} > 0 ? {left} : 0)"
                         masked.append(({**c, vector_axis: start}, self.vector.tail_mask(count)))
                     continue
-                trips_here = self.copy_trips(vector_axis, c, assumed)
-                for start in range(0, trips_here, lanes):
-                    short = trips_here - start < lanes
-                    mask = self.vector.tail_mask(str(trips_here - start)) if short else None
+                in_copy = trips_here(vector_axis, c.__getitem__, assumed)
+                for start in range(0, in_copy, lanes):
+                    short = in_copy - start < lanes
+                    mask = self.vector.tail_mask(str(in_copy - start)) if short else None
                     masked.append(({**c, vector_axis: start}, mask))
         return [({a: str(v) for a, v in c.items()}, mask) for c, mask in masked]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from eqsat.core.loops import split_tile
+from eqsat.core.loops import split_tile, trips_here
 from eqsat.core.terms import Arg, LoopProgram, Term, index_items
 
 UNARY: dict[str, Callable[[Any], Any]] = {
@@ -118,19 +118,14 @@ class _Machine:
             return self.axis_value(outer) * tile + self.axis_value(inner)
         raise ValueError(f"axis used outside its loop: {axis}")
 
-    def trips(self, axis: Term) -> int:
-        """Iterations of a loop over `axis` here: a split's inner piece is clipped to the extent
-        in the last tile (`eqsat.core.loops.trip_runs`), so it reads its outer piece's value."""
-        if axis.op == "Axis.named":
-            return int(axis.args[1])  # type: ignore[arg-type]
-        parent, tile = axis.args[0], int(axis.args[1])  # type: ignore[arg-type]
-        assert isinstance(parent, Term)
-        if axis.op == "Axis.outer":
-            return -(-self.trips(parent) // tile)
-        outer = Term("Axis.outer", (parent, tile))
+    def outer_value(self, outer: Term) -> int:
+        """The value of the enclosing loop over split piece `outer` (`loops.trips_here`)."""
         if outer not in self.env:
-            raise ValueError(f"a loop over {axis} outside a loop over its outer piece")
-        return min(tile, self.trips(parent) - self.env[outer] * tile)
+            raise ValueError(
+                f"a loop over an inner piece of {outer.args[0]} outside a loop over its outer "
+                f"piece {outer}"
+            )
+        return self.env[outer]
 
     def index(self, t: Term) -> int:
         a = t.args
@@ -177,7 +172,7 @@ class _Machine:
                 assert isinstance(axis, Term) and isinstance(body, Term)
                 if axis in self.env:
                     raise ValueError(f"loop nested inside a loop over the same axis: {axis}")
-                for value in range(self.trips(axis)):
+                for value in range(trips_here(axis, self.outer_value)):
                     self.env[axis] = value
                     self.execute(body)
                 del self.env[axis]

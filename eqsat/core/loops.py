@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from eqsat.core.terms import Term, index_items
 
@@ -252,12 +254,13 @@ def axis_extent(axis: Term) -> int:
     return max(trip_runs(axis))
 
 
-def trip_runs(axis: Term) -> dict[int, int]:
+@functools.cache
+def trip_runs(axis: Term) -> Mapping[int, int]:
     """How many times a loop over `axis` runs each number of iterations, per run of its named
     axis. A split by T of an extent E that T does not divide ends in a remainder tile:
     `a.inner(T)` runs T iterations in each full tile and E mod T in the last one (clipped to the
     extent), and `a.outer(T)` runs ceil(E/T) times. One entry when every split above `axis`
-    divides its extent."""
+    divides its extent. (Cached: read-only.)"""
     a = axis.args
     if axis.op == "Axis.named":
         return {int(a[1]): 1}  # type: ignore[arg-type]
@@ -274,7 +277,26 @@ def trip_runs(axis: Term) -> dict[int, int]:
         for piece_trips, piece_count in pieces.items():
             if piece_trips and piece_count:
                 runs[piece_trips] = runs.get(piece_trips, 0) + piece_count
-    return runs
+    return MappingProxyType(runs)
+
+
+def trips_here(
+    axis: Term, outer_value: Callable[[Term], int], assumed: Mapping[Term, int] | None = None
+) -> int:
+    """The iterations a loop over `axis` runs in one place of a nest: an inner piece clipped to
+    its extent reads the value of its outer piece (`outer_value`, from the loops around it).
+    `assumed` fixes the iterations of some pieces (a register-tile variant's)."""
+    if assumed is not None and axis in assumed:
+        return assumed[axis]
+    runs = trip_runs(axis)
+    if len(runs) == 1:
+        return next(iter(runs))
+    parent, tile = axis.args[0], int(axis.args[1])  # type: ignore[arg-type]
+    assert isinstance(parent, Term)
+    above = trips_here(parent, outer_value, assumed)
+    if axis.op == "Axis.outer":
+        return -(-above // tile)
+    return min(tile, above - outer_value(Term("Axis.outer", (parent, tile))) * tile)
 
 
 def has_remainder(axis: Term) -> bool:
