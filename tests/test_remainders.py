@@ -161,3 +161,30 @@ def test_compiled_programs_on_awkward_shapes(isa: str, name: str) -> None:
     inputs = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
     want = reference(**{n: a.astype(np.float64) for n, a in inputs.items()})
     assert_close(kernel(**inputs), want, "float32")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("shape", [(37, 29, 45), (274, 36, 10), (9, 70, 33)], ids=str)
+def test_remainder_tiles_propagate_nan_and_inf_like_numpy(
+    isa: str, shape: tuple[int, int, int]
+) -> None:
+    """Masked and edge register tiles: lanes outside a mask never reach memory, and NaN and
+    ±inf land where numpy puts them (a product's NaN/inf pattern does not depend on the order
+    of its sum)."""
+    m, k, n = shape
+    x, w = eqsat.tensor("x", (m, k)), eqsat.tensor("w", (k, n))
+    kernel = eqsat.compile(x @ w, isa=isa, progress=False)
+    rng = np.random.default_rng(3)
+    xa, wa = (rng.standard_normal(s).astype(np.float32) for s in ((m, k), (k, n)))
+    for array in (xa, wa):
+        special = rng.random(array.shape) < 0.02
+        array[special] = rng.choice([np.nan, np.inf, -np.inf], special.sum())
+    with np.errstate(invalid="ignore"):  # inf * 0 and inf - inf make NaN, as intended
+        want = xa.astype(np.float64) @ wa
+    got = kernel(x=xa, w=wa)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+    finite = np.isfinite(want)
+    assert_close(np.where(finite, got, 0), np.where(finite, want, 0), "float32")
