@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eqsat.core.loops import MASKED_ISAS
+
 GCC_FLAGS = {
     "avx512": ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma"),
     "avx2": ("-mavx2", "-mfma"),
@@ -43,7 +45,7 @@ class VectorIsa:
 
     @property
     def masked_tail(self) -> bool:
-        return self.name == "avx512"
+        return self.name in MASKED_ISAS
 
     @property
     def vtype(self) -> str:
