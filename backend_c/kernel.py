@@ -132,6 +132,21 @@ class Kernel:
         return self._input_names
 
     @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        """The inputs' names and shapes, in positional order."""
+        return self._inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        """The outputs' shapes (named "out0", "out1", ...)."""
+        return self._outputs
+
+    @property
+    def returns_tuple(self) -> bool:
+        """Whether a call returns a tuple of arrays (several outputs, or asked for)."""
+        return self._returns_tuple
+
+    @property
     def c_source(self) -> str:
         """The C source this kernel was compiled from."""
         return self._c_source

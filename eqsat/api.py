@@ -10,10 +10,11 @@ import math
 import random
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from egglog import EGraph
 
+from eqsat import compile_cache
 from eqsat.autotune import DEFAULT_CANDIDATES, fastest
 from eqsat.backend_c.abi import prototype
 from eqsat.backend_c.build import build_library
@@ -27,7 +28,7 @@ from eqsat.core.saturate import Limits, SaturationReport, saturate
 from eqsat.core.terms import Arg, LoopProgram, Term, to_egglog, to_term
 from eqsat.extract.extractor import NodeCost, SerializedGraph
 from eqsat.extract.loop_cost import Estimate, LoopCost
-from eqsat.extract.machine import Machine
+from eqsat.extract.machine import Machine, cpu_model
 from eqsat.extract.tensor_cost import TensorCost
 from eqsat.frontend import Tensor
 from eqsat.rewrites.algebra import algebra_rules
@@ -370,50 +371,103 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
     autotune: bool | int = False,
     progress: bool = True,
     extra_rules: Sequence[Identity] = (),
+    cache: bool = True,
 ) -> Kernel:
     """Optimize `outputs` and build a C kernel for them.
 
     `isa` forces "avx512", "avx2" or "scalar" (default: the best this machine runs). A list of
     outputs gives a kernel that returns a tuple. `autotune=True` (or a number of candidates)
     compiles and times the cost model's best candidates and keeps the fastest, remembered in the
-    compile cache (`eqsat.autotune`); `progress` and `extra_rules` as in `optimize`. Raises
-    CompileError if the C compiler fails."""
-    _, returns_tuple = _outputs(outputs)
+    compile cache (`eqsat.autotune`); `progress` and `extra_rules` as in `optimize`.
+    A compile that was done before (same program, options, machine and eqsat) answers from the
+    compile cache (`eqsat.compile_cache`) without optimizing again; `cache=False` neither reads
+    nor writes it. Raises CompileError if the C compiler fails."""
+    tensors, returns_tuple = _outputs(outputs)
+    limits = limits or Limits()
     machine = machine or calibrated_host()
     if isa is not None:
         machine = machine.with_isa(isa)
-    best = optimize(
-        outputs, limits=limits, machine=machine, progress=progress, extra_rules=extra_rules
-    )
-    if autotune:
-        count = DEFAULT_CANDIDATES if autotune is True else int(autotune)
-        return fastest(
-            best,
-            count,
-            lambda program: build(program, best, returns_tuple=returns_tuple),
-            progress=progress,
+    candidates = DEFAULT_CANDIDATES if autotune is True else int(autotune)  # False: none
+
+    def optimized_kernel() -> Kernel:
+        best = optimize(
+            tensors, limits=limits, machine=machine, progress=progress, extra_rules=extra_rules
         )
-    return build(best.program, best, returns_tuple=returns_tuple)
+        if candidates:
+            return fastest(
+                best,
+                candidates,
+                lambda program: build(program, best, returns_tuple=returns_tuple),
+                progress=progress,
+            )
+        return build(best.program, best, returns_tuple=returns_tuple)
+
+    if not cache:
+        return optimized_kernel()
+    key = compile_cache.entry_key(
+        [
+            [str(to_term(t.expr)) for t in tensors],
+            returns_tuple,
+            asdict(limits),
+            asdict(machine),
+            cpu_model(),
+            [[str(rule.egglog_rule()), rule.finite_only] for rule in extra_rules],
+            candidates,
+        ]
+    )
+    with compile_cache.locked(key) as path:
+        record = compile_cache.lookup(path)
+        if record is not None:
+            return load_kernel(record).with_note(f"(answered from the compile cache: {path})")
+        kernel = optimized_kernel()
+        compile_cache.store(path, _record(kernel, machine.isa))
+        return kernel
 
 
 def build(program: LoopProgram, optimized: Optimized, *, returns_tuple: bool = False) -> Kernel:
     """Emit, compile and load `program`, one of `optimized`'s candidates (its `program`, or one
     of `candidates()`), for `optimized.machine`'s ISA. Raises CompileError if gcc fails."""
     isa = optimized.machine.isa
-    source = emit(program, isa, SYMBOL)
-    cdef = (
-        prototype(SYMBOL, len(program.inputs), len(program.outputs), program.dtype, for_cdef=True)
-        + ";"
+    record = compile_cache.KernelRecord(
+        c_source=emit(program, isa, SYMBOL),
+        isa=isa,
+        inputs=program.inputs,
+        outputs=program.outputs,
+        dtype=program.dtype,
+        returns_tuple=returns_tuple or len(program.outputs) > 1,
+        explanation=optimized.report(),
+        stages=optimized.stages,
     )
-    library = build_library(source, cdef, GCC_FLAGS[isa])
+    return load_kernel(record)
+
+
+def load_kernel(record: compile_cache.KernelRecord) -> Kernel:
+    """Compile (or find in the library cache) and load the kernel `record` describes.
+    Raises CompileError if gcc fails."""
+    cdef = prototype(SYMBOL, len(record.inputs), len(record.outputs), record.dtype, for_cdef=True)
+    library = build_library(record.c_source, cdef + ";", GCC_FLAGS[record.isa])
     return Kernel(
         library=library,
         symbol=SYMBOL,
-        inputs=[TensorSpec(name, shape) for name, shape in program.inputs],
-        outputs=[TensorSpec(f"out{k}", shape) for k, shape in enumerate(program.outputs)],
-        dtype=program.dtype,
-        returns_tuple=returns_tuple or len(program.outputs) > 1,
-        c_source=source,
-        explanation=optimized.report(),
-        stages=optimized.stages,
+        inputs=[TensorSpec(name, shape) for name, shape in record.inputs],
+        outputs=[TensorSpec(f"out{k}", shape) for k, shape in enumerate(record.outputs)],
+        dtype=record.dtype,
+        returns_tuple=record.returns_tuple,
+        c_source=record.c_source,
+        explanation=record.explanation,
+        stages=record.stages,
+    )
+
+
+def _record(kernel: Kernel, isa: str) -> compile_cache.KernelRecord:
+    """What rebuilds `kernel`, compiled for `isa`."""
+    return compile_cache.KernelRecord(
+        c_source=kernel.c_source,
+        isa=isa,
+        inputs=tuple((spec.name, spec.shape) for spec in kernel.inputs),
+        outputs=tuple(spec.shape for spec in kernel.outputs),
+        dtype=kernel.dtype,
+        returns_tuple=kernel.returns_tuple,
+        explanation=kernel.explain(),
+        stages=kernel.stages,
     )

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 import eqsat
+from eqsat.extract.machine import Machine
 from tests.programs import Program, assert_close, programs, reference
+from tests.test_calibrate import FakeMeasure
+
+# A machine of fixed figures, for tests of what the cost model chooses: the host's calibration
+# differs from machine to machine (and on a loaded one from run to run).
+PINNED = Machine("avx512", cores=2, l1_bytes=48 << 10, l2_bytes=1 << 20, l3_bytes=32 << 20)
+PINNED = replace(PINNED, calibration=FakeMeasure()(PINNED))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -33,9 +42,11 @@ def test_every_isa_level_matches_numpy(isa: str, program: Program) -> None:
 
 
 def test_mlp_layer_matches_numpy_and_is_fused() -> None:
+    """On PINNED the fused nest is predicted 30% faster than the best unfused one; on a real
+    host, whether the epilogue fuses depends on its calibration."""
     rng = np.random.default_rng(1)
     x, W, b = eqsat.tensor("x", (37, 70)), eqsat.tensor("W", (70, 45)), eqsat.tensor("b", (45,))
-    kernel = eqsat.compile(eqsat.relu(x @ W + b))
+    kernel = eqsat.compile(eqsat.relu(x @ W + b), machine=PINNED)
     xa, Wa, ba = (rng.standard_normal(s).astype(np.float32) for s in [(37, 70), (70, 45), (45,)])
     assert_close(kernel(xa, Wa, ba), np.maximum(xa.astype(np.float64) @ Wa + ba, 0), "float32")
     assert kernel.input_names == ("x", "W", "b")
@@ -80,7 +91,7 @@ def test_compile_error_names_command_stderr_and_kept_file(monkeypatch) -> None:
 
     monkeypatch.setattr(eqsat.api, "emit", lambda *args, **kwargs: "this is not C;\n")
     with pytest.raises(eqsat.CompileError) as caught:
-        eqsat.compile(eqsat.tensor("x", (3,)) * 2.0)
+        eqsat.compile(eqsat.tensor("x", (3,)) * 2.0, cache=False)
     error = caught.value
     assert "gcc" in error.command[0]
     assert "error" in error.stderr

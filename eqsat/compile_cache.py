@@ -1,0 +1,144 @@
+"""The compile cache: a repeated `eqsat.compile` answers from disk without running egglog.
+
+An entry is `compile-<key>.json` in the compile-cache directory (`backend_c.build.cache_dir`,
+beside the built libraries). The key is a sha256 over everything that decides the kernel, given
+by the caller (the program's terms, limits, machine with its calibration, extra rules, ...) plus
+what this module adds: ENTRY_VERSION, the digest of eqsat's own source (rules, cost model and
+emitter included, so any change of eqsat's code makes new keys) and egglog's version. An entry
+holds what a `Kernel` is rebuilt from: the C source, the ISA, the signature, `explain()`'s text and
+the stages' reports; loading it compiles nothing unless the library itself left the cache.
+
+Entries are written like the libraries: under an `flock` on `compile-<key>.lock` (processes
+compiling one program at once run the optimizer once), by tmp file + rename, with a sha256 of the
+payload inside; an entry that is unreadable, corrupt or of another ENTRY_VERSION is recomputed.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from importlib import import_module, metadata
+from pathlib import Path
+from typing import Any
+
+from eqsat.backend_c.build import cache_dir, file_lock, write_atomically
+from eqsat.core.saturate import SaturationReport
+
+# Bump when an entry's layout changes.
+ENTRY_VERSION = 1
+# The packages whose code decides a kernel (each one's own folder, not its subpackages).
+DECIDING_PACKAGES = ("eqsat", "eqsat.core", "eqsat.extract", "eqsat.rewrites", "eqsat.backend_c")
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    """What a Kernel is rebuilt from (`eqsat.api.load_kernel`)."""
+
+    c_source: str
+    isa: str
+    inputs: tuple[tuple[str, tuple[int, ...]], ...]  # name, shape
+    outputs: tuple[tuple[int, ...], ...]  # shapes
+    dtype: str
+    returns_tuple: bool
+    explanation: str
+    stages: tuple[SaturationReport, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        stages = [  # asdict would rebuild `matches` by Counter(pairs), counting the pairs
+            {**vars(stage), "matches": dict(stage.matches)} for stage in self.stages
+        ]
+        return {**asdict(self), "stages": stages}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> KernelRecord:
+        """The record `to_json` wrote; KeyError, TypeError or ValueError if `data` is not one."""
+        stages = tuple(
+            SaturationReport(**{**stage, "matches": Counter(stage["matches"])})
+            for stage in data["stages"]
+        )
+        record = cls(
+            c_source=data["c_source"],
+            isa=data["isa"],
+            inputs=tuple((name, tuple(shape)) for name, shape in data["inputs"]),
+            outputs=tuple(tuple(shape) for shape in data["outputs"]),
+            dtype=data["dtype"],
+            returns_tuple=data["returns_tuple"],
+            explanation=data["explanation"],
+            stages=stages,
+        )
+        if not all(isinstance(getattr(record, name), str) for name in ("c_source", "isa", "dtype")):
+            raise TypeError("a compile-cache entry's source, ISA and dtype are strings")
+        return record
+
+
+def entry_key(parts: Sequence[Any]) -> str:
+    """Hex sha256 of `parts` (JSON-serializable, or by `repr`) with this module's own parts."""
+    every = [ENTRY_VERSION, source_digest(), metadata.version("egglog"), *parts]
+    return hashlib.sha256(json.dumps(every, default=repr).encode()).hexdigest()
+
+
+@functools.cache
+def source_digest() -> str:
+    """Hex sha256 of the Python files of DECIDING_PACKAGES, read once per process."""
+    digest = hashlib.sha256()
+    for package in DECIDING_PACKAGES:
+        folder = Path(import_module(package).__file__ or "").parent
+        for path in sorted(folder.glob("*.py")):
+            digest.update(f"{package}/{path.name}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def entry_path(key: str) -> Path:
+    return cache_dir() / f"compile-{key}.json"
+
+
+@contextmanager
+def locked(key: str) -> Iterator[Path]:
+    """Hold the entry's lock; yields the entry's path."""
+    path = entry_path(key)
+    with file_lock(path.with_suffix(".lock")):
+        yield path
+
+
+def lookup(path: Path) -> KernelRecord | None:
+    """The record at `path`, or None if it is missing, unreadable, corrupt or stale.
+
+    It requires: the caller holds the entry's lock (`locked`)."""
+    try:
+        entry = json.loads(path.read_text())
+        payload = entry["payload"]
+        if entry["version"] != ENTRY_VERSION or entry["sha256"] != _digest(payload):
+            return None
+        return KernelRecord.from_json(payload)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def store(path: Path, record: KernelRecord) -> None:
+    """Write `record` at `path` atomically.
+
+    It requires: the caller holds the entry's lock (`locked`)."""
+    payload = record.to_json()
+    entry = {"version": ENTRY_VERSION, "sha256": _digest(payload), "payload": payload}
+    write_atomically(path, json.dumps(entry).encode())
+
+
+def clear() -> int:
+    """Remove every compile-cache entry, built library and autotuning choice from the cache
+    directory; returns the number of files removed. The calibration is kept."""
+    removed = 0
+    for path in cache_dir().iterdir():
+        if path.is_file() and not path.name.startswith("calibration"):
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _digest(payload: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
