@@ -5,6 +5,8 @@ would), check the kernel against the numpy reference evaluated in float64 (ARCHI
 tolerance), time eqsat and every baseline in turns (interleaved, median), and print one table
 row: times, numpy/eqsat ratio and its target, the fraction of the machine's measured peak
 (`eqsat.backend_c.calibrate`), compile seconds and the e-graph size of every optimizer stage.
+Compile seconds are cold (a new compile cache: optimizer and gcc run) / warm (the same compile
+again in a new process, answered from the compile cache, `eqsat.compile_cache`).
 
 Then the cost-model calibration table (`eqsat.tools.model_check`): for matmul, softmax, layernorm
 and an elementwise chain, the rank correlation between predicted and measured times of ~36
@@ -23,8 +25,11 @@ import argparse
 import json
 import math
 import os
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +42,7 @@ from eqsat.tools import model_check, sweep
 from eqsat.tools.workloads import (
     Result,
     Workload,
+    cold_compile_cache,
     elementwise_workload,
     layernorm_workload,
     matmul_workload,
@@ -99,8 +105,46 @@ def workloads(quick: bool = False) -> list[Workload]:
     ]
 
 
+# Compiles one workload of `workloads()` again, in a new process, and prints the seconds it took.
+_WARM_COMPILE = """
+import sys, time
+import eqsat
+from eqsat.tools.bench import workloads
+workload = next(w for w in workloads({quick}) if w.name == {name!r})
+program = workload.program(**{{n: eqsat.tensor(n, s) for n, s in workload.shapes.items()}})
+start = time.perf_counter()
+kernel = eqsat.compile(program, progress=False)
+seconds = time.perf_counter() - start
+if "answered from the compile cache" not in kernel.explain():
+    sys.exit("the repeated compile did not answer from the compile cache")
+print(seconds)
+"""
+
+
+def warm_compile_seconds(name: str, quick: bool, directory: Path) -> float:
+    """Seconds of `eqsat.compile` of workload `name` in a new process, compile cache `directory`
+    (where this process compiled it). Raises RuntimeError if that compile missed the cache."""
+    package_root = Path(eqsat.__file__).resolve().parent.parent
+    env = {
+        **os.environ,
+        "EQSAT_CACHE_DIR": str(directory),
+        "PYTHONPATH": os.pathsep.join([str(package_root), os.environ.get("PYTHONPATH", "")]),
+    }
+    script = _WARM_COMPILE.format(quick=quick, name=name)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"warm compile of {name} failed: {done.stderr.strip()[-300:]}")
+    return float(done.stdout)
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f}" if seconds < 0.01 else f"{seconds * 1e3:.1f}"
+
+
+def _warm(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.3f}"
 
 
 def _nodes(count: int) -> str:
@@ -111,7 +155,7 @@ _STOP = {"saturated": "sat", "node limit": "nodes", "time limit": "time", "itera
 _COLUMNS = (  # title, width, alignment
     ("workload", 11, "<"), ("check", 14, "<"), ("eqsat ms", 9, ">"), ("numpy ms", 9, ">"),
     ("np/eq", 7, ">"), ("target", 7, ">"), ("met", 4, ">"), ("thr", 3, ">"), ("peak", 10, ">"),
-    ("others (ms, x)", 22, "<"), ("compile s", 9, ">"), ("e-graph nodes (stop)", 0, "<"),
+    ("others (ms, x)", 22, "<"), ("compile s cold/warm", 19, ">"), ("e-graph nodes (stop)", 0, "<"),
 )  # fmt: skip
 
 
@@ -149,7 +193,7 @@ def format_result(result: Result) -> str:
             str(result.threads),
             f"{result.peak_fraction:.0%} {result.peak_kind}",
             others,
-            f"{result.compile_seconds:.1f}",
+            f"{result.compile_seconds:.2f}/{_warm(result.warm_compile_seconds)}",
             stages,
         ]
     )
@@ -294,7 +338,15 @@ def main(argv: Sequence[str], machine: Machine | None = None) -> int:
     if selected:
         print(_row([title for title, _, _ in _COLUMNS]), flush=True)
     for workload in selected:
-        results.append(run_workload(workload, machine, options.repeats, rng))
+        with cold_compile_cache() as directory:
+            results.append(run_workload(workload, machine, options.repeats, rng))
+            if results[-1].failure is None:
+                try:
+                    results[-1].warm_compile_seconds = warm_compile_seconds(
+                        workload.name, options.quick, directory
+                    )
+                except RuntimeError as error:
+                    results[-1].failure = str(error)
         print(format_result(results[-1]), flush=True)
     overhead = call_overhead(options.repeats) if "overhead" in chosen else {}
     if overhead:

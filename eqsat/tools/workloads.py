@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
+import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import eqsat
+from eqsat.backend_c.build import cache_dir
 from eqsat.core.measure import agreement, interleaved_medians, random_inputs
 from eqsat.extract.machine import Machine
 
@@ -56,6 +61,7 @@ class Result:
     target: float
     failure: str | None = None  # the exception that stopped the workload, if any
     compile_seconds: float | None = None
+    warm_compile_seconds: float | None = None  # a repeated compile in a new process (the bench)
     stages: list[dict[str, Any]] = field(default_factory=list)  # SaturationReport fields
     max_error: float | None = None
     tolerance: float | None = None
@@ -175,6 +181,26 @@ def omp_threads(machine: Machine) -> int:
     """Threads of an OpenMP parallel loop: OMP_NUM_THREADS (first value) or all cores."""
     value = os.environ.get("OMP_NUM_THREADS", "").split(",")[0]
     return int(value) if value.isdigit() and int(value) > 0 else machine.cores
+
+
+@contextmanager
+def cold_compile_cache() -> Iterator[Path]:
+    """For the block, EQSAT_CACHE_DIR is a new temporary directory holding only the calibration
+    files of the current one, so compiles in it are cold (optimizer and gcc both run) and nothing
+    they cache outlives the block. Yields the directory."""
+    calibrations = list(cache_dir().glob("calibration-*.json"))
+    previous = os.environ.get("EQSAT_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="eqsat-cold-") as directory:
+        for calibration in calibrations:
+            shutil.copy(calibration, directory)
+        os.environ["EQSAT_CACHE_DIR"] = directory
+        try:
+            yield Path(directory)
+        finally:
+            if previous is None:
+                del os.environ["EQSAT_CACHE_DIR"]
+            else:
+                os.environ["EQSAT_CACHE_DIR"] = previous
 
 
 def run_workload(
