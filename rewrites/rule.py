@@ -71,6 +71,10 @@ class Identity:
     rhs: Callable[..., Any]
     guard: tuple[Predicate, ...] = ()  # named predicates, all must hold (module docstring)
     finite_only: bool = False  # holds only for finite inputs (see the module docstring)
+    # Match the guard's facts before the left side. egglog joins a rule's facts in the order
+    # written; a guard that starts from an analysis table can find its few candidates far faster
+    # than the left side's pattern can be filtered by it (fusion: a round 2x faster).
+    guard_first: bool = False
     tags: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
@@ -115,11 +119,10 @@ class Identity:
         lhs = self.call(self.lhs, pattern)
         rhs = self.call(self.rhs, pattern)
         root = var("matched_root", sort_of(lhs))
+        facts = [*guard, eq(root).to(lhs)] if self.guard_first else [eq(root).to(lhs), *guard]
         if probe is None:
-            return rule(eq(root).to(lhs), *guard, name=self.name).then(union(root).with_(rhs))
-        return rule(eq(root).to(lhs), *guard, name=f"{self.name}-probe").then(
-            union(probe(root)).with_(rhs)
-        )
+            return rule(*facts, name=self.name).then(union(root).with_(rhs))
+        return rule(*facts, name=f"{self.name}-probe").then(union(probe(root)).with_(rhs))
 
     def describe(self) -> str:
         """`name: identity`, then a line per guard predicate (`summary`), all from the code."""

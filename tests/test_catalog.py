@@ -32,7 +32,7 @@ def test_a_guard_is_printed_from_its_predicates() -> None:
     assert siblings.guard == then.guard
     assert siblings.describe().splitlines()[1:] == then.describe().splitlines()[1:]
     guard = then.describe().splitlines()[1]
-    assert guard.startswith("    if fusable(a, first, second, c): a walks c;")
+    assert guard.startswith("    if fusable(a, first, second, c, pair, pair_mixed): a walks c;")
 
 
 def test_rules_command_rejects_extra_arguments() -> None:
