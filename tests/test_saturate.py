@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from egglog import EGraph, Schedule, i64, relation, rule, ruleset, unstable_combine_rulesets, var
 
 import eqsat
+from eqsat.core import saturate as saturate_module
 from eqsat.core.saturate import Limits, saturate, term_nodes
 from eqsat.core.terms import to_egglog, to_term
 from eqsat.rewrites.algebra import algebra_rules
@@ -31,16 +34,53 @@ def matmul_egraph() -> tuple[EGraph, Schedule, Schedule]:
     return egraph, rules, facts
 
 
-def test_node_limit_stops_within_one_step() -> None:
+UNTIMED = Limits(seconds=1e9)
+
+
+def test_node_limit_stops_within_the_first_step() -> None:
+    """Before any step has run there is no prediction: the limit stops the first step."""
     egraph, rules, facts = matmul_egraph()
-    unlimited, rules_again, facts_again = matmul_egraph()
-    one_step = saturate(unlimited, rules_again, Limits(iterations=1), "probe", facts=facts_again)
-    limit = one_step.nodes + 1  # reached during the second step
+    report = saturate(egraph, rules, Limits(nodes=60), "loops", facts=facts)
+    assert report.stop_reason == "node limit" and not report.stop_predicted
+    assert report.nodes >= 60 and report.iterations in (0, 1)
+
+
+def test_a_step_predicted_to_pass_the_node_limit_is_not_started() -> None:
+    unlimited, rules, facts = matmul_egraph()
+    sizes: list[int] = []
+    saturate(unlimited, rules, UNTIMED, "p", facts=facts, progress=lambda r: sizes.append(r.nodes))
+    limit = (sizes[1] + sizes[2]) // 2  # step 3 would pass it, as step 2's growth predicts
+    egraph, rules, facts = matmul_egraph()
     report = saturate(egraph, rules, Limits(nodes=limit), "loops", facts=facts)
-    assert report.stop_reason == "node limit"
-    assert report.nodes >= limit
-    # stopped within the second step: in its analyses (fusion candidates add terms) or its rules
-    assert report.iterations in (1, 2)
+    assert (report.stop_reason, report.stop_predicted, report.iterations) == ("node limit", True, 2)
+    assert report.nodes < limit
+    assert "predicted to pass it" in report.summary()
+
+
+def test_a_step_predicted_to_pass_the_time_limit_is_not_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a clock that egglog runs advance by 1 ms per term e-node, the stage stops before the
+    step that would end past the limit, instead of overshooting it by that step."""
+    clock = [0.0]
+    run_step = saturate_module._run_step
+
+    def timed(egraph: EGraph, step: Schedule, report: Any) -> Any:
+        run = run_step(egraph, step, report)
+        clock[0] += term_nodes(egraph) * 1e-3
+        return run
+
+    monkeypatch.setattr(saturate_module, "_run_step", timed)
+    monkeypatch.setattr(saturate_module.time, "perf_counter", lambda: clock[0])
+    ends: list[float] = []
+    egraph, rules, facts = matmul_egraph()
+    saturate(egraph, rules, UNTIMED, "p", facts=facts, progress=lambda r: ends.append(r.seconds))
+    limit = (ends[2] + ends[3]) / 2  # step 4 ends past it
+    clock[0] = 0.0
+    egraph, rules, facts = matmul_egraph()
+    report = saturate(egraph, rules, Limits(seconds=limit), "loops", facts=facts)
+    assert (report.stop_reason, report.stop_predicted) == ("time limit", True)
+    assert report.iterations == 3 and report.seconds < limit
 
 
 def test_time_limit_stops_analyses_that_never_saturate() -> None:
