@@ -30,6 +30,7 @@ from eqsat.extract.loop_cost import Estimate, LoopCost
 from eqsat.extract.machine import Machine
 from eqsat.extract.tensor_cost import TensorCost
 from eqsat.frontend import Tensor
+from eqsat.rewrites.algebra import IDENTITIES as ALGEBRA_IDENTITIES
 from eqsat.rewrites.algebra import algebra_rules
 from eqsat.rewrites.algebra_facts import algebra_facts
 from eqsat.rewrites.contraction import contract_temporaries
@@ -79,6 +80,8 @@ class Optimized:
     machine: Machine
     forms: tuple[tuple[str, float], ...]  # each algebraic form scheduled, predicted cycles
     extracted: Term  # `program.body` as extracted, before `after_extraction`
+    assume_finite: bool = False  # finite-only identities were allowed (`optimize`)
+    finite_only_fired: tuple[str, ...] = ()  # ... and these of them fired
     algebra_graph: SerializedGraph = field(compare=False, repr=False)
     loop_graph: SerializedGraph = field(compare=False, repr=False)
 
@@ -143,6 +146,7 @@ class Optimized:
             f"{self.machine.cores} cores)",
             "written: " + "; ".join(format_tensor(t) for t in self.original),
             "chosen:  " + self.expr,
+            self._numerics(),
             *(stage.summary() for stage in self.stages),
             *(
                 f"  form scheduled: {form}  -> {cycles:,.0f} cycles"
@@ -154,6 +158,16 @@ class Optimized:
             format_loops(self.program.body, 1),
         ]
         return "\n".join(lines)
+
+    def _numerics(self) -> str:
+        """Whether identities exact only for finite inputs were allowed (ARCHITECTURE §4)."""
+        if not self.assume_finite:
+            return "numerics: NaN, ±inf and -0.0 as numpy (finite-only identities off)"
+        fired = ", ".join(self.finite_only_fired) or "none"
+        return (
+            "numerics: assume_finite=True: identities exact only for finite inputs allowed "
+            f"(fired: {fired}); NaN or ±inf inputs may give other results than numpy"
+        )
 
     def _prediction(self) -> list[str]:
         """The predicted time, and what it is made of."""
@@ -229,7 +243,11 @@ def _outputs(outputs: Tensor | Sequence[Tensor]) -> tuple[list[Tensor], bool]:
 
 
 def _optimize_algebra(
-    roots: list[Term], limits: Limits, progress: Progress, extra_rules: Sequence[Identity]
+    roots: list[Term],
+    limits: Limits,
+    progress: Progress,
+    extra_rules: Sequence[Identity],
+    assume_finite: bool,
 ) -> tuple[list[list[Term]], SaturationReport, SerializedGraph]:
     """The algebraic forms worth scheduling, cheapest first, and the stage's report.
 
@@ -242,7 +260,7 @@ def _optimize_algebra(
         egraph.let(f"root{k}", to_egglog(root))
     report = saturate(
         egraph,
-        algebra_rules(extra_rules),
+        algebra_rules(extra_rules, assume_finite=assume_finite),
         limits,
         "algebra",
         facts=algebra_facts,
@@ -319,11 +337,15 @@ def optimize(
     machine: Machine | None = None,
     progress: bool = True,
     extra_rules: Sequence[Identity] = (),
+    assume_finite: bool = False,
 ) -> Optimized:
     """Choose the algebraic form and the loop nest of `outputs` (no C is built).
 
     `extra_rules` are identities of your own (`eqsat.rewrites.rule.Identity`; check them first with
     `eqsat.rewrites.soundness.check_identity`) that stage 1 runs with the built-in ones.
+    `assume_finite=True` promises that no input or intermediate is NaN or ±inf, like a C
+    compiler's -ffinite-math-only: identities marked `finite_only` (x - x -> 0, x * 0 -> 0,
+    factoring, matrix-chain order, ...) may then fire, and `report()` says so.
     With `progress`, a stage that runs for seconds reports each round on stderr
     (`eqsat.core.progress`)."""
     tensors, _ = _outputs(outputs)
@@ -333,8 +355,10 @@ def optimize(
     original = [to_term(t.expr) for t in tensors]
     assert all(isinstance(t, Term) for t in original)
     forms, algebra_report, algebra_graph = _optimize_algebra(
-        original, limits, reporter, extra_rules  # type: ignore[arg-type]
+        original, limits, reporter, extra_rules, assume_finite  # type: ignore[arg-type]
     )
+    finite_only = {i.name for i in (*ALGEBRA_IDENTITIES, *extra_rules) if i.finite_only}
+    fired = {name for name, count in algebra_report.matches.items() if count}
     scheduled: list[_Scheduled] = []
     for form in forms:
         scheduled.append(
@@ -356,6 +380,8 @@ def optimize(
             ("; ".join(format_tensor(t) for t in c.form), c.estimate.cycles) for c in scheduled
         ),
         extracted=best.body,
+        assume_finite=assume_finite,
+        finite_only_fired=tuple(sorted(finite_only & fired)),
         algebra_graph=algebra_graph,
         loop_graph=best.graph,
     )
@@ -370,20 +396,26 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
     autotune: bool | int = False,
     progress: bool = True,
     extra_rules: Sequence[Identity] = (),
+    assume_finite: bool = False,
 ) -> Kernel:
     """Optimize `outputs` and build a C kernel for them.
 
     `isa` forces "avx512", "avx2" or "scalar" (default: the best this machine runs). A list of
     outputs gives a kernel that returns a tuple. `autotune=True` (or a number of candidates)
     compiles and times the cost model's best candidates and keeps the fastest, remembered in the
-    compile cache (`eqsat.autotune`); `progress` and `extra_rules` as in `optimize`. Raises
-    CompileError if the C compiler fails."""
+    compile cache (`eqsat.autotune`); `progress`, `extra_rules` and `assume_finite` as in
+    `optimize`. Raises CompileError if the C compiler fails."""
     _, returns_tuple = _outputs(outputs)
     machine = machine or calibrated_host()
     if isa is not None:
         machine = machine.with_isa(isa)
     best = optimize(
-        outputs, limits=limits, machine=machine, progress=progress, extra_rules=extra_rules
+        outputs,
+        limits=limits,
+        machine=machine,
+        progress=progress,
+        extra_rules=extra_rules,
+        assume_finite=assume_finite,
     )
     if autotune:
         count = DEFAULT_CANDIDATES if autotune is True else int(autotune)
