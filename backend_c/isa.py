@@ -41,8 +41,8 @@ COMPARE_PREDICATES = {
 def scalar_preamble(dtype: str) -> str:
     """C helpers `eq_max` and `eq_min` of two `dtype` scalars, numpy's maximum and minimum bit
     for bit: `a` where `a` is NaN, else `a > b ? a : b` (resp. `<`), which is `b` where `b` is
-    NaN. Emitted once per kernel, before anything that calls them. (Spelled so, gcc emits one
-    maxss/minss and a NaN test whose branch numbers never take.)"""
+    NaN. Emitted once per kernel, before anything that calls them. (So spelled, gcc emits one
+    maxss or minss after a NaN test whose branch numbers never take.)"""
     ctype = "float" if dtype == "float32" else "double"
     return "".join(
         f"static inline {ctype} eq_{op}({ctype} a, {ctype} b) {{\n"
