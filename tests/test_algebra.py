@@ -142,6 +142,18 @@ def test_tripwire_fail_two_literals_merged() -> None:
         saturate(algebra_egraph(x * 1.0 + 2.0), step, Limits(), "algebra", facts=algebra_facts)
 
 
+@pytest.mark.parametrize("assume_finite", [False, True])
+def test_tripwire_lets_constant_folding_round_in_either_order(assume_finite: bool) -> None:
+    """(a*b)*c and a*(b*c) fold to f64 constants a rounding apart, which is no unsound merge;
+    a mean times 0 builds powers of 1/17 in several orders."""
+    x = eqsat.tensor("x", (17,))
+    chosen, report = best_form(x * (1 / 17) * 0.1 * 0.3, assume_finite=assume_finite)
+    assert report.stop_reason == "saturated"
+    assert format_tensor(chosen) == "(x * 0.00176471)"
+    chosen, _ = best_form(x.mean() * 0.0, assume_finite=assume_finite)
+    assert format_tensor(chosen) == ("0" if assume_finite else "(sum(x, axis=0) * 0)")
+
+
 def test_tripwire_fail_shape_changed() -> None:
     transpose_drop = WRONG[-1]
     x = eqsat.tensor("x", (2, 3))
