@@ -21,7 +21,7 @@ from functools import partial
 from itertools import product
 
 from eqsat.backend_c.abi import C_TYPES, prototype
-from eqsat.backend_c.isa import VECTOR_FUNCTIONS, VectorIsa
+from eqsat.backend_c.isa import VECTOR_FUNCTIONS, VectorIsa, scalar_preamble
 from eqsat.backend_c.vmath import vector_math
 from eqsat.core.loops import (
     RegisterTile,
@@ -47,15 +47,15 @@ _SCALAR_UNARY = {
     "sqrt": "sqrt{f}({x})",
     "tanh": "tanh{f}({x})",
     "sigmoid": "(1 / (1 + exp{f}(-({x}))))",
-    "relu": "fmax{f}({x}, 0)",
+    "relu": "eq_max({x}, 0)",
 }
 _SCALAR_BINARY = {
     "add": "({a} + {b})",
     "sub": "({a} - {b})",
     "mul": "({a} * {b})",
     "div": "({a} / {b})",
-    "max": "fmax{f}({a}, {b})",
-    "min": "fmin{f}({a}, {b})",
+    "max": "eq_max({a}, {b})",
+    "min": "eq_min({a}, {b})",
     "lt": "({a} < {b})",
     "le": "({a} <= {b})",
     "gt": "({a} > {b})",
@@ -449,8 +449,9 @@ class _Emitter:
         return self.scalar_combine(op, acc, self.scalar(value))
 
     def scalar_combine(self, op: str, acc: str, value: str) -> str:
-        """C expression of `acc op value` for an accumulate's op ("sum" or "max")."""
-        return f"{acc} + {value}" if op == "sum" else f"fmax{self.suffix}({acc}, {value})"
+        """C expression of `acc op value` for an accumulate's op ("sum" or "max"; value first,
+        as `VectorIsa.combine`)."""
+        return f"{acc} + {value}" if op == "sum" else f"eq_max({value}, {acc})"
 
     # ------------------------------------------------------------ SIMD loops
 
@@ -662,6 +663,8 @@ def emit(program: LoopProgram, isa: str, symbol: str = "eqsat_kernel") -> str:
         header += ["#include <immintrin.h>", "", emitter.vector.preamble()]
         if emitter.uses_math:
             header[-1] += "\n" + vector_math(emitter.vector)
+    else:
+        header += ["", scalar_preamble(program.dtype)]
     signature = prototype(
         _identifier(symbol),
         len(program.inputs),

@@ -2,6 +2,10 @@
 
 `VectorIsa.op(name, *args)` spells an operation; the emitter never names an intrinsic itself.
 AVX-512 handles loop tails with masks; AVX2 finishes a loop with a scalar remainder.
+
+max and min are numpy's `maximum` and `minimum` (a NaN in either operand is the result) at every
+level: C's fmax and the vector max instructions return the other operand when one is NaN, so
+each is wrapped in a helper (`scalar_preamble`, `VectorIsa.preamble`) that puts the NaN back.
 """
 
 from __future__ import annotations
@@ -32,6 +36,19 @@ COMPARE_PREDICATES = {
     "eq": "_CMP_EQ_OQ",
     "ne": "_CMP_NEQ_UQ",
 }
+
+
+def scalar_preamble(dtype: str) -> str:
+    """C helpers `eq_max` and `eq_min` of two `dtype` scalars, numpy's maximum and minimum bit
+    for bit: `a` where `a` is NaN, else `a > b ? a : b` (resp. `<`), which is `b` where `b` is
+    NaN. Emitted once per kernel, before anything that calls them. (So spelled, gcc emits one
+    maxss or minss after a NaN test whose branch numbers never take.)"""
+    ctype = "float" if dtype == "float32" else "double"
+    return "".join(
+        f"static inline {ctype} eq_{op}({ctype} a, {ctype} b) {{\n"
+        f"    return a != a ? a : (a {sign} b ? a : b);\n}}\n"
+        for op, sign in (("max", ">"), ("min", "<"))
+    )
 
 
 @dataclass(frozen=True)
@@ -92,7 +109,7 @@ class VectorIsa:
             case "sqrt":
                 return f"{self._fn('sqrt')}({x})"
             case "relu":
-                return f"{self._fn('max')}({x}, {zero})"
+                return self.binary("max", x, zero)
         if op in VECTOR_FUNCTIONS:
             return f"{VECTOR_FUNCTIONS[op]}({x})"
         # eqsat.core.loops.VECTOR_UNARY lists exactly the ops above and those of VECTOR_FUNCTIONS.
@@ -101,9 +118,9 @@ class VectorIsa:
     def binary(self, op: str, a: str, b: str) -> str:
         if op in COMPARE_PREDICATES:
             return self.select(self.compare(op, a, b), self.broadcast("1"), self.broadcast("0"))
-        stem = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "max": "max", "min": "min"}[
-            op
-        ]
+        if op in ("max", "min"):
+            return f"eq_v{op}({a}, {b})"  # NaN-propagating helpers of `preamble`
+        stem = {"add": "add", "sub": "sub", "mul": "mul", "div": "div"}[op]
         return f"{self._fn(stem)}({a}, {b})"
 
     def compare(self, op: str, a: str, b: str) -> str:
@@ -119,11 +136,14 @@ class VectorIsa:
         return f"{self._fn('blendv')}({if_false}, {if_true}, {mask})"
 
     def combine(self, op: str, acc: str, value: str, mask: str | None = None) -> str:
-        """acc op value (op "sum" or "max"), only in the lanes of `mask` when given."""
-        stem = "add" if op == "sum" else "max"
-        if mask is None:
-            return f"{self._fn(stem)}({acc}, {value})"
-        return f"{self._fn('mask_' + stem)}({acc}, {mask}, {acc}, {value})"
+        """acc op value (op "sum" or "max"), only in the lanes of `mask` when given. A max
+        takes `value` first, so the NaN test of `eq_vmax` is off the chain through `acc`."""
+        if op == "sum":
+            if mask is None:
+                return f"{self._fn('add')}({acc}, {value})"
+            return f"{self._fn('mask_add')}({acc}, {mask}, {acc}, {value})"
+        combined = self.binary("max", value, acc)
+        return combined if mask is None else f"{self._fn('mask_mov')}({acc}, {mask}, {combined})"
 
     def fmadd(self, a: str, b: str, c: str) -> str:
         """a * b + c with one rounding (every vector ISA level here has FMA)."""
@@ -134,11 +154,12 @@ class VectorIsa:
         return f"eq_hreduce_{op}({vector})"
 
     def preamble(self) -> str:
-        """C helpers for horizontal reductions, emitted once per kernel (before the vector math
-        functions of `backend_c.vmath.vector_math`, when the kernel calls them)."""
+        """C helpers, emitted once per kernel (before the vector math functions of
+        `backend_c.vmath.vector_math`, when the kernel calls them): `scalar_preamble`'s, the
+        vector max and min (`_nan_propagating`), and the horizontal reductions."""
         ctype = "float" if self.dtype == "float32" else "double"
-        lines = []
-        for op, combine in (("sum", "{a} + {b}"), ("max", "({a} > {b} ? {a} : {b})")):
+        lines = [scalar_preamble(self.dtype), self._nan_propagating()]
+        for op, combine in (("sum", "{a} + {b}"), ("max", "eq_max({b}, {a})")):
             step = combine.format(a="r", b="lanes[i]")
             lines.append(
                 f"static inline {ctype} eq_hreduce_{op}({self.vtype} v) {{\n"
@@ -149,3 +170,22 @@ class VectorIsa:
                 f"    return r;\n}}\n"
             )
         return "\n".join(lines)
+
+    def _nan_propagating(self) -> str:
+        """`eq_vmax` and `eq_vmin`: numpy's maximum and minimum, lane by lane, bit for bit. The
+        max instruction returns `b` where either lane is NaN (or they are equal), so only a NaN
+        in `a` needs putting back: a masked max on AVX-512 (one compare more than a bare max),
+        a blend on AVX2 (a compare and a blend more)."""
+        functions = []
+        for op in ("max", "min"):
+            if self.masked_tail:
+                ordered = f"{self._fn('cmp')}_mask(a, a, _CMP_ORD_Q)"
+                body = f"{self._fn('mask_' + op)}(a, {ordered}, a, b)"
+            else:
+                nan = f"{self._fn('cmp')}(a, a, _CMP_UNORD_Q)"
+                body = f"{self._fn('blendv')}({self._fn(op)}(a, b), a, {nan})"
+            functions.append(
+                f"static inline {self.vtype} eq_v{op}({self.vtype} a, {self.vtype} b) {{\n"
+                f"    return {body};\n}}\n"
+            )
+        return "".join(functions)

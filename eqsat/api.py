@@ -31,6 +31,7 @@ from eqsat.extract.loop_cost import Estimate, LoopCost
 from eqsat.extract.machine import Machine, cpu_model
 from eqsat.extract.tensor_cost import TensorCost
 from eqsat.frontend import Tensor
+from eqsat.rewrites.algebra import IDENTITIES as ALGEBRA_IDENTITIES
 from eqsat.rewrites.algebra import algebra_rules
 from eqsat.rewrites.algebra_facts import algebra_facts
 from eqsat.rewrites.contraction import contract_temporaries
@@ -80,6 +81,8 @@ class Optimized:
     machine: Machine
     forms: tuple[tuple[str, float], ...]  # each algebraic form scheduled, predicted cycles
     extracted: Term  # `program.body` as extracted, before `after_extraction`
+    assume_finite: bool = False  # finite-only identities were allowed (`optimize`)
+    finite_only_fired: tuple[str, ...] = ()  # ... and these of them fired
     algebra_graph: SerializedGraph = field(compare=False, repr=False)
     loop_graph: SerializedGraph = field(compare=False, repr=False)
 
@@ -144,6 +147,7 @@ class Optimized:
             f"{self.machine.cores} cores)",
             "written: " + "; ".join(format_tensor(t) for t in self.original),
             "chosen:  " + self.expr,
+            self._numerics(),
             *(stage.summary() for stage in self.stages),
             *(
                 f"  form scheduled: {form}  -> {cycles:,.0f} cycles"
@@ -155,6 +159,16 @@ class Optimized:
             format_loops(self.program.body, 1),
         ]
         return "\n".join(lines)
+
+    def _numerics(self) -> str:
+        """Whether identities exact only for finite inputs were allowed (ARCHITECTURE §4)."""
+        if not self.assume_finite:
+            return "numerics: NaN, ±inf and -0.0 as numpy (finite-only identities off)"
+        fired = ", ".join(self.finite_only_fired) or "none"
+        return (
+            "numerics: assume_finite=True: identities exact only for finite inputs allowed "
+            f"(fired: {fired}); NaN or ±inf inputs may give other results than numpy"
+        )
 
     def _prediction(self) -> list[str]:
         """The predicted time, and what it is made of."""
@@ -230,7 +244,11 @@ def _outputs(outputs: Tensor | Sequence[Tensor]) -> tuple[list[Tensor], bool]:
 
 
 def _optimize_algebra(
-    roots: list[Term], limits: Limits, progress: Progress, extra_rules: Sequence[Identity]
+    roots: list[Term],
+    limits: Limits,
+    progress: Progress,
+    extra_rules: Sequence[Identity],
+    assume_finite: bool,
 ) -> tuple[list[list[Term]], SaturationReport, SerializedGraph]:
     """The algebraic forms worth scheduling, cheapest first, and the stage's report.
 
@@ -243,7 +261,7 @@ def _optimize_algebra(
         egraph.let(f"root{k}", to_egglog(root))
     report = saturate(
         egraph,
-        algebra_rules(extra_rules),
+        algebra_rules(extra_rules, assume_finite=assume_finite),
         limits,
         "algebra",
         facts=algebra_facts,
@@ -320,11 +338,15 @@ def optimize(
     machine: Machine | None = None,
     progress: bool = True,
     extra_rules: Sequence[Identity] = (),
+    assume_finite: bool = False,
 ) -> Optimized:
     """Choose the algebraic form and the loop nest of `outputs` (no C is built).
 
     `extra_rules` are identities of your own (`eqsat.rewrites.rule.Identity`; check them first with
     `eqsat.rewrites.soundness.check_identity`) that stage 1 runs with the built-in ones.
+    `assume_finite=True` promises that no input or intermediate is NaN or ±inf, like a C
+    compiler's -ffinite-math-only: identities marked `finite_only` (x - x -> 0, x * 0 -> 0,
+    factoring, matrix-chain order, ...) may then fire, and `report()` says so.
     With `progress`, a stage that runs for seconds reports each round on stderr
     (`eqsat.core.progress`)."""
     tensors, _ = _outputs(outputs)
@@ -334,8 +356,10 @@ def optimize(
     original = [to_term(t.expr) for t in tensors]
     assert all(isinstance(t, Term) for t in original)
     forms, algebra_report, algebra_graph = _optimize_algebra(
-        original, limits, reporter, extra_rules  # type: ignore[arg-type]
+        original, limits, reporter, extra_rules, assume_finite  # type: ignore[arg-type]
     )
+    finite_only = {i.name for i in (*ALGEBRA_IDENTITIES, *extra_rules) if i.finite_only}
+    fired = {name for name, count in algebra_report.matches.items() if count}
     scheduled: list[_Scheduled] = []
     for form in forms:
         scheduled.append(
@@ -357,6 +381,8 @@ def optimize(
             ("; ".join(format_tensor(t) for t in c.form), c.estimate.cycles) for c in scheduled
         ),
         extracted=best.body,
+        assume_finite=assume_finite,
+        finite_only_fired=tuple(sorted(finite_only & fired)),
         algebra_graph=algebra_graph,
         loop_graph=best.graph,
     )
@@ -372,16 +398,17 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
     progress: bool = True,
     extra_rules: Sequence[Identity] = (),
     cache: bool = True,
+    assume_finite: bool = False,
 ) -> Kernel:
     """Optimize `outputs` and build a C kernel for them.
 
     `isa` forces "avx512", "avx2" or "scalar" (default: the best this machine runs). A list of
     outputs gives a kernel that returns a tuple. `autotune=True` (or a number of candidates)
     compiles and times the cost model's best candidates and keeps the fastest, remembered in the
-    compile cache (`eqsat.autotune`); `progress` and `extra_rules` as in `optimize`.
-    A compile that was done before (same program, options, machine and eqsat) answers from the
-    compile cache (`eqsat.compile_cache`) without optimizing again; `cache=False` neither reads
-    nor writes it. Raises CompileError if the C compiler fails."""
+    compile cache (`eqsat.autotune`); `progress`, `extra_rules` and `assume_finite` as in
+    `optimize`. A compile that was done before (same program, options, machine and eqsat)
+    answers from the compile cache (`eqsat.compile_cache`) without optimizing again;
+    `cache=False` neither reads nor writes it. Raises CompileError if the C compiler fails."""
     tensors, returns_tuple = _outputs(outputs)
     limits = limits or Limits()
     machine = machine or calibrated_host()
@@ -391,7 +418,12 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
 
     def optimized_kernel() -> Kernel:
         best = optimize(
-            tensors, limits=limits, machine=machine, progress=progress, extra_rules=extra_rules
+            tensors,
+            limits=limits,
+            machine=machine,
+            progress=progress,
+            extra_rules=extra_rules,
+            assume_finite=assume_finite,
         )
         if candidates:
             return fastest(
@@ -413,6 +445,7 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
             cpu_model(),
             [[str(rule.egglog_rule()), rule.finite_only] for rule in extra_rules],
             candidates,
+            assume_finite,
         ]
     )
     with compile_cache.locked(key) as path:

@@ -61,6 +61,7 @@ class JitFunction:
         limits: Limits | None = None,
         machine: Machine | None = None,
         isa: str | None = None,
+        assume_finite: bool = False,
     ) -> None:
         """It requires: `function` has no *args or **kwargs parameter (each array parameter
         names a kernel input)."""
@@ -75,7 +76,12 @@ class JitFunction:
         self._function = function
         self._name = function.__qualname__
         self._signature = signature
-        self._options: dict[str, Any] = {"limits": limits, "machine": machine, "isa": isa}
+        self._options: dict[str, Any] = {
+            "limits": limits,
+            "machine": machine,
+            "isa": isa,
+            "assume_finite": assume_finite,
+        }
         self._kernels: dict[CacheKey, Kernel] = {}
         # positional calls already seen -> their kernel and where its inputs are among the args
         self._positional: dict[tuple[Any, ...], tuple[Kernel, tuple[int, ...]]] = {}
@@ -184,7 +190,11 @@ def jit(function: Callable[..., Any], /) -> JitFunction: ...
 
 @overload
 def jit(
-    *, limits: Limits | None = None, machine: Machine | None = None, isa: str | None = None
+    *,
+    limits: Limits | None = None,
+    machine: Machine | None = None,
+    isa: str | None = None,
+    assume_finite: bool = False,
 ) -> Callable[[Callable[..., Any]], JitFunction]: ...
 
 
@@ -195,21 +205,27 @@ def jit(
     limits: Limits | None = None,
     machine: Machine | None = None,
     isa: str | None = None,
+    assume_finite: bool = False,
 ) -> JitFunction | Callable[[Callable[..., Any]], JitFunction]:
     """Decorate a function of numpy arrays: `@eqsat.jit` or `@eqsat.jit(limits=..., isa=...)`.
 
     On the first call per (array shapes and dtypes, values of the other arguments) the function
     runs once on symbolic tensors named after its parameters (numpy calls on them build the
-    expression), `eqsat.compile(result, limits=, machine=, isa=)` builds a Kernel, and the kernel
-    runs; later calls with the same key run the cached kernel without calling the function.
+    expression), `eqsat.compile(result, limits=, machine=, isa=, assume_finite=)` builds a Kernel,
+    and the kernel runs; later calls with the same key run the cached kernel without calling the
+    function.
 
     It requires: the function returns an expression of its array arguments, or a tuple/list of
     them (then calls return a tuple); arrays are float32 or float64, one dtype per call; other
     arguments (ints, floats, bools, ...) are hashable and are passed to it unchanged.
     """
     if function is None:
-        return functools.partial(JitFunction, limits=limits, machine=machine, isa=isa)
-    return JitFunction(function, limits=limits, machine=machine, isa=isa)
+        return functools.partial(
+            JitFunction, limits=limits, machine=machine, isa=isa, assume_finite=assume_finite
+        )
+    return JitFunction(
+        function, limits=limits, machine=machine, isa=isa, assume_finite=assume_finite
+    )
 
 
 def _positional_key(args: tuple[Any, ...]) -> tuple[Any, ...]:

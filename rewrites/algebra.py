@@ -28,14 +28,18 @@ IDENTITIES: tuple[Identity, ...] = (
 )
 
 
-def algebra_rules(extra: Sequence[Identity] = ()) -> Ruleset:
+def algebra_rules(extra: Sequence[Identity] = (), *, assume_finite: bool = False) -> Ruleset:
     """The rewrites of stage 1, plus `extra` identities (a user's own, with names distinct from
     the built-in ones); the driver runs `algebra_facts` to saturation before each round
-    (`saturate(egraph, algebra_rules(), limits, "algebra", facts=algebra_facts)`)."""
+    (`saturate(egraph, algebra_rules(), limits, "algebra", facts=algebra_facts)`).
+
+    Identities marked `finite_only`, built-in or extra, are left out unless `assume_finite`
+    (the user's promise that no input or intermediate is NaN or ±inf, like -ffinite-math-only)."""
     taken = {identity.name for identity in IDENTITIES}
     clashes = sorted(identity.name for identity in extra if identity.name in taken)
     if clashes:
         raise ValueError(f"rule names already used by built-in rules: {clashes}")
+    used = [i for i in (*IDENTITIES, *extra) if assume_finite or not i.finite_only]
     rules = ruleset(name="algebra")
-    rules.register(*(identity.egglog_rule() for identity in (*IDENTITIES, *extra)))
+    rules.register(*(identity.egglog_rule() for identity in used))
     return rules

@@ -21,11 +21,11 @@ docstring line. The text is the code's own docstring, so it cannot drift from th
 or a predicate without a one-line summary is refused.
 
 `finite_only` marks an identity that holds only for finite inputs (x - x is not 0 for inf);
-any other identity holds for inf and nan inputs as well. Both kinds are used by the optimizer
-(ARCHITECTURE §9: the contract is on finite inputs); the flag states the domain, and the soundness
-tests feed inf and nan only to identities without it. Every identity is exact in real
-arithmetic: where an intermediate overflows, the two sides may differ in float arithmetic, as
-reassociation allows (ARCHITECTURE §4).
+any other identity holds for inf and nan inputs as well, and its soundness test feeds it inf and
+nan. The optimizer uses a `finite_only` identity only when the user opts in with
+`assume_finite=True` (`eqsat.compile`, `eqsat.optimize`, `@eqsat.jit`; ARCHITECTURE §4's
+numerics contract). Every identity is exact in real arithmetic: where an intermediate
+overflows, the two sides may differ in float arithmetic, as reassociation allows.
 """
 
 from __future__ import annotations

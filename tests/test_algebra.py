@@ -142,6 +142,18 @@ def test_tripwire_fail_two_literals_merged() -> None:
         saturate(algebra_egraph(x * 1.0 + 2.0), step, Limits(), "algebra", facts=algebra_facts)
 
 
+@pytest.mark.parametrize("assume_finite", [False, True])
+def test_tripwire_lets_constant_folding_round_in_either_order(assume_finite: bool) -> None:
+    """(a*b)*c and a*(b*c) fold to f64 constants a rounding apart, which is no unsound merge;
+    a mean times 0 builds powers of 1/17 in several orders."""
+    x = eqsat.tensor("x", (17,))
+    chosen, report = best_form(x * (1 / 17) * 0.1 * 0.3, assume_finite=assume_finite)
+    assert report.stop_reason == "saturated"
+    assert format_tensor(chosen) == "(x * 0.00176471)"
+    chosen, _ = best_form(x.mean() * 0.0, assume_finite=assume_finite)
+    assert format_tensor(chosen) == ("0" if assume_finite else "(sum(x, axis=0) * 0)")
+
+
 def test_tripwire_fail_shape_changed() -> None:
     transpose_drop = WRONG[-1]
     x = eqsat.tensor("x", (2, 3))
@@ -153,11 +165,16 @@ def test_tripwire_fail_shape_changed() -> None:
 # ---------------------------------------------------------------- rewrites that must be found
 
 
-def best_form(expr: eqsat.Tensor, limits: Limits | None = None) -> tuple[Term, SaturationReport]:
+def best_form(
+    expr: eqsat.Tensor, limits: Limits | None = None, *, assume_finite: bool = True
+) -> tuple[Term, SaturationReport]:
     """The algebra stage's saturation as eqsat.api runs it (same rules, facts and limits), then
-    the single cheapest form under TensorCost (eqsat.api keeps a few cheapest forms instead)."""
+    the single cheapest form under TensorCost (eqsat.api keeps a few cheapest forms instead).
+    Finite-only identities (chain order, factoring, x - x) are on unless `assume_finite` is
+    False."""
     egraph = algebra_egraph(expr)
-    report = saturate(egraph, algebra_rules(), limits or Limits(), "algebra", facts=algebra_facts)
+    rules = algebra_rules(assume_finite=assume_finite)
+    report = saturate(egraph, rules, limits or Limits(), "algebra", facts=algebra_facts)
     graph = SerializedGraph(egraph)
     return graph.extract(graph.root("root"), TensorCost())[0], report
 
@@ -188,8 +205,26 @@ def test_algebra_finds(case: str) -> None:
     assert format_tensor(chosen) == want
 
 
-def test_optimize_finds_x_minus_x_is_zero() -> None:
-    assert eqsat.optimize(X - X).expr == "broadcast_to(0, (8, 8))"
+def test_optimize_finds_x_minus_x_is_zero_only_when_told_inputs_are_finite() -> None:
+    finite = eqsat.optimize(X - X, assume_finite=True)
+    assert finite.expr == "broadcast_to(0, (8, 8))"
+    assert "assume_finite=True" in finite.report() and "fired: sub-self" in finite.report()
+    default = eqsat.optimize(X - X)
+    assert default.expr == "(x - x)"
+    assert "finite-only identities off" in default.report()
+
+
+FINITE_ONLY = {"factoring", "chain-order", "sub-self", "sum-of-product", "sum-of-scaled"}
+
+
+@pytest.mark.parametrize("case", sorted(FINITE_ONLY), ids=str)
+def test_algebra_fail_finite_only_rewrite_without_assume_finite(case: str) -> None:
+    """Each of these forms needs a finite-only identity (inf or nan inputs would change the
+    result): the default rules do not reach it."""
+    expr, want = FOUND[case]
+    chosen, report = best_form(expr, assume_finite=False)
+    assert report.stop_reason == "saturated"
+    assert format_tensor(chosen) != want
 
 
 # ---------------------------------------------------------------- matrix chains

@@ -15,11 +15,14 @@ by at most one rule round or one analysis iteration.
 Tripwires run after every step: a merge of two different literals (`TExpr.const(1.0)` with
 `TExpr.const(2.0)`, two inputs, two loop constants) or of two tensors of different shapes (egglog
 refuses to merge the shape analysis' values) means a rule is unsound, and stops the run with
-`UnsoundMergeError` instead of returning a program with a changed meaning.
+`UnsoundMergeError` instead of returning a program with a changed meaning. Two float constants
+within FOLDING_ROUNDING of each other are not a changed meaning: constant folding in two orders
+(`(a*b)*c`, `a*(b*c)`) rounds differently, as reassociation may (ARCHITECTURE §4).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -49,6 +52,9 @@ from eqsat.core.errors import UnsoundMergeError
 from eqsat.core.terms import CONSTRUCTORS, Index, Scalar, TExpr
 
 merged_literals = relation("merged_literals", String, String, String)  # constructor, a, b
+# Relative distance of two float constants that is a rounding of constant folding, not another
+# value: the f64 roundings of a product of up to AC_MAX_OPERANDS constants are ~1e-15.
+FOLDING_ROUNDING = 1e-12
 tripwires = ruleset(name="tripwires")
 
 
@@ -238,19 +244,29 @@ def _run_step(egraph: EGraph, step: Schedule, report: SaturationReport) -> RunRe
 
 
 def _check_tripwires(egraph: EGraph, report: SaturationReport, fired: Counter[str]) -> None:
-    """Raise UnsoundMergeError if the last step merged two different literals."""
+    """Raise UnsoundMergeError if the last step merged two different literals (float constants
+    further apart than FOLDING_ROUNDING)."""
     if not egraph.function_size(merged_literals):
         return
-    conflicts = sorted(
+    merges = (
         tuple(str(get_literal_value(cast(String, arg))) for arg in get_callable_args(row))
         for row in egraph.function_values(merged_literals)
     )
+    conflicts = sorted(merge for merge in merges if not _rounding(*merge))
+    if not conflicts:
+        return
     constructor, first, second = conflicts[0]
     raise UnsoundMergeError(
         f"{report.stage}: step {report.iterations} merged {constructor}({first}) with "
         f"{constructor}({second}), so a rule is unsound; rules that fired in that step: "
         f"{_names(fired)}"
     )
+
+
+def _rounding(constructor: str, first: str, second: str) -> bool:
+    """Two float constants within FOLDING_ROUNDING of each other (NaN is close to nothing)."""
+    floats = constructor in ("TExpr.const", "Scalar.const")
+    return floats and math.isclose(float(first), float(second), rel_tol=FOLDING_ROUNDING)
 
 
 def _names(matches: Counter[str]) -> str:

@@ -30,7 +30,10 @@ def rule_catalog(machine: Machine, dtype: str) -> list[tuple[str, tuple[Identity
 
 def print_rules(machine: Machine | None = None, dtype: str = "float32") -> None:
     machine = machine or host()
-    print(f"rules for {dtype} on {machine.isa}, {machine.cores} cores (* = finite inputs only)")
+    print(
+        f"rules for {dtype} on {machine.isa}, {machine.cores} cores "
+        "(* = finite inputs only: used under assume_finite=True)"
+    )
     for family, identities in rule_catalog(machine, dtype):
         print(f"\n== {family}: {len(identities)} rules")
         for identity in identities:

@@ -39,6 +39,8 @@ class Workload:
     reference is timed in float32 and is also the correctness oracle, evaluated in float64.
     `flops` is None for a memory-bound workload (measured against DRAM bandwidth, counting the
     bytes of inputs and outputs once); otherwise it is measured against peak flops.
+    `assume_finite` is passed to `eqsat.compile`: True where the numpy side reorders too (a
+    matrix chain against `np.linalg.multi_dot`).
     """
 
     name: str
@@ -50,6 +52,7 @@ class Workload:
     flops: float | None = None
     min_dram_fraction: float | None = None  # a second target, on the fraction of DRAM bandwidth
     others: Mapping[str, Callable[..., np.ndarray]] = field(default_factory=dict)
+    assume_finite: bool = False
 
 
 @dataclass
@@ -214,7 +217,7 @@ def run_workload(
     try:
         symbols = {name: eqsat.tensor(name, shape) for name, shape in workload.shapes.items()}
         start = time.perf_counter()
-        kernel = eqsat.compile(workload.program(**symbols))
+        kernel = eqsat.compile(workload.program(**symbols), assume_finite=workload.assume_finite)
         result.compile_seconds = time.perf_counter() - start
         result.stages = [  # plain dicts: asdict() turns a Counter's items into tuple keys
             {**vars(report), "matches": dict(report.matches)} for report in kernel.stages

@@ -4,6 +4,20 @@
 #include <stdlib.h>
 #include <immintrin.h>
 
+static inline float eq_max(float a, float b) {
+    return a != a ? a : (a > b ? a : b);
+}
+static inline float eq_min(float a, float b) {
+    return a != a ? a : (a < b ? a : b);
+}
+
+static inline __m512 eq_vmax(__m512 a, __m512 b) {
+    return _mm512_mask_max_ps(a, _mm512_cmp_ps_mask(a, a, _CMP_ORD_Q), a, b);
+}
+static inline __m512 eq_vmin(__m512 a, __m512 b) {
+    return _mm512_mask_min_ps(a, _mm512_cmp_ps_mask(a, a, _CMP_ORD_Q), a, b);
+}
+
 static inline float eq_hreduce_sum(__m512 v) {
     float lanes[16];
     _mm512_storeu_ps(lanes, v);
@@ -16,7 +30,7 @@ static inline float eq_hreduce_max(__m512 v) {
     float lanes[16];
     _mm512_storeu_ps(lanes, v);
     float r = lanes[0];
-    for (int i = 1; i < 16; ++i) r = (r > lanes[i] ? r : lanes[i]);
+    for (int i = 1; i < 16; ++i) r = eq_max(lanes[i], r);
     return r;
 }
 
@@ -153,11 +167,11 @@ void eqsat_kernel(const float *restrict in0, const float *restrict in1, float *r
         {
             int64_t i1 = 0;
             for (; i1 + 16 <= 20; i1 += 16) {
-                _mm512_storeu_ps(&out0[i0 * 20 + i1], _mm512_sub_ps(_mm512_max_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(&in0[i0 * 20 + i1]), _mm512_loadu_ps(&in1[i1])), _mm512_set1_ps(1.5f)), _mm512_set1_ps(0)), eq_vexp(_mm512_loadu_ps(&in0[i0 * 20 + i1]))));
+                _mm512_storeu_ps(&out0[i0 * 20 + i1], _mm512_sub_ps(eq_vmax(_mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(&in0[i0 * 20 + i1]), _mm512_loadu_ps(&in1[i1])), _mm512_set1_ps(1.5f)), _mm512_set1_ps(0)), eq_vexp(_mm512_loadu_ps(&in0[i0 * 20 + i1]))));
             }
             if (i1 < 20) {
                 __mmask16 tail = ((__mmask16)((1u << (20 - i1)) - 1u));
-                _mm512_mask_storeu_ps(&out0[i0 * 20 + i1], tail, _mm512_sub_ps(_mm512_max_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(tail, &in0[i0 * 20 + i1]), _mm512_maskz_loadu_ps(tail, &in1[i1])), _mm512_set1_ps(1.5f)), _mm512_set1_ps(0)), eq_vexp(_mm512_maskz_loadu_ps(tail, &in0[i0 * 20 + i1]))));
+                _mm512_mask_storeu_ps(&out0[i0 * 20 + i1], tail, _mm512_sub_ps(eq_vmax(_mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(tail, &in0[i0 * 20 + i1]), _mm512_maskz_loadu_ps(tail, &in1[i1])), _mm512_set1_ps(1.5f)), _mm512_set1_ps(0)), eq_vexp(_mm512_maskz_loadu_ps(tail, &in0[i0 * 20 + i1]))));
             }
         }
     }

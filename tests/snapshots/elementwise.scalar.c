@@ -3,10 +3,18 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+static inline float eq_max(float a, float b) {
+    return a != a ? a : (a > b ? a : b);
+}
+static inline float eq_min(float a, float b) {
+    return a != a ? a : (a < b ? a : b);
+}
+
+
 void eqsat_kernel(const float *restrict in0, const float *restrict in1, float *restrict out0) {
     for (int64_t i0 = 0; i0 < 8; ++i0) {
         for (int64_t i1 = 0; i1 < 20; ++i1) {
-            out0[i0 * 20 + i1] = (fmaxf(((in0[i0 * 20 + i1] * in1[i1]) + 1.5f), 0) - expf(in0[i0 * 20 + i1]));
+            out0[i0 * 20 + i1] = (eq_max(((in0[i0 * 20 + i1] * in1[i1]) + 1.5f), 0) - expf(in0[i0 * 20 + i1]));
         }
     }
 }

@@ -4,6 +4,20 @@
 #include <stdlib.h>
 #include <immintrin.h>
 
+static inline float eq_max(float a, float b) {
+    return a != a ? a : (a > b ? a : b);
+}
+static inline float eq_min(float a, float b) {
+    return a != a ? a : (a < b ? a : b);
+}
+
+static inline __m256 eq_vmax(__m256 a, __m256 b) {
+    return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+}
+static inline __m256 eq_vmin(__m256 a, __m256 b) {
+    return _mm256_blendv_ps(_mm256_min_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+}
+
 static inline float eq_hreduce_sum(__m256 v) {
     float lanes[8];
     _mm256_storeu_ps(lanes, v);
@@ -16,7 +30,7 @@ static inline float eq_hreduce_max(__m256 v) {
     float lanes[8];
     _mm256_storeu_ps(lanes, v);
     float r = lanes[0];
-    for (int i = 1; i < 8; ++i) r = (r > lanes[i] ? r : lanes[i]);
+    for (int i = 1; i < 8; ++i) r = eq_max(lanes[i], r);
     return r;
 }
 

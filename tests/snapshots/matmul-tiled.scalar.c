@@ -3,6 +3,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+static inline float eq_max(float a, float b) {
+    return a != a ? a : (a > b ? a : b);
+}
+static inline float eq_min(float a, float b) {
+    return a != a ? a : (a < b ? a : b);
+}
+
+
 void eqsat_kernel(const float *restrict in0, const float *restrict in1, float *restrict out0) {
     #pragma omp parallel for schedule(static)
     for (int64_t i0 = 0; i0 < 16; ++i0) {

@@ -4,6 +4,20 @@
 #include <stdlib.h>
 #include <immintrin.h>
 
+static inline float eq_max(float a, float b) {
+    return a != a ? a : (a > b ? a : b);
+}
+static inline float eq_min(float a, float b) {
+    return a != a ? a : (a < b ? a : b);
+}
+
+static inline __m512 eq_vmax(__m512 a, __m512 b) {
+    return _mm512_mask_max_ps(a, _mm512_cmp_ps_mask(a, a, _CMP_ORD_Q), a, b);
+}
+static inline __m512 eq_vmin(__m512 a, __m512 b) {
+    return _mm512_mask_min_ps(a, _mm512_cmp_ps_mask(a, a, _CMP_ORD_Q), a, b);
+}
+
 static inline float eq_hreduce_sum(__m512 v) {
     float lanes[16];
     _mm512_storeu_ps(lanes, v);
@@ -16,7 +30,7 @@ static inline float eq_hreduce_max(__m512 v) {
     float lanes[16];
     _mm512_storeu_ps(lanes, v);
     float r = lanes[0];
-    for (int i = 1; i < 16; ++i) r = (r > lanes[i] ? r : lanes[i]);
+    for (int i = 1; i < 16; ++i) r = eq_max(lanes[i], r);
     return r;
 }
 
@@ -37,13 +51,13 @@ void eqsat_kernel(const float *restrict in0, float *restrict out0) {
             int64_t r1 = 0;
             __m512 acc = _mm512_set1_ps((-INFINITY));
             for (; r1 + 16 <= 20; r1 += 16) {
-                acc = _mm512_max_ps(acc, _mm512_loadu_ps(&in0[i0 * 20 + r1]));
+                acc = eq_vmax(_mm512_loadu_ps(&in0[i0 * 20 + r1]), acc);
             }
             if (r1 < 20) {
                 __mmask16 tail = ((__mmask16)((1u << (20 - r1)) - 1u));
-                acc = _mm512_mask_max_ps(acc, tail, acc, _mm512_maskz_loadu_ps(tail, &in0[i0 * 20 + r1]));
+                acc = _mm512_mask_mov_ps(acc, tail, eq_vmax(_mm512_maskz_loadu_ps(tail, &in0[i0 * 20 + r1]), acc));
             }
-            out0[i0] = fmaxf(out0[i0], eq_hreduce_max(acc));
+            out0[i0] = eq_max(eq_hreduce_max(acc), out0[i0]);
         }
     }
 }

@@ -3,6 +3,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+static inline float eq_max(float a, float b) {
+    return a != a ? a : (a > b ? a : b);
+}
+static inline float eq_min(float a, float b) {
+    return a != a ? a : (a < b ? a : b);
+}
+
+
 void eqsat_kernel(const float *restrict in0, float *restrict out0) {
     {
         float t0[160] __attribute__((aligned(64)));
@@ -15,7 +23,7 @@ void eqsat_kernel(const float *restrict in0, float *restrict out0) {
                 }
                 for (int64_t i0 = 0; i0 < 8; ++i0) {
                     for (int64_t r1 = 0; r1 < 20; ++r1) {
-                        t1[i0] = fmaxf(t1[i0], in0[i0 * 20 + r1]);
+                        t1[i0] = eq_max(in0[i0 * 20 + r1], t1[i0]);
                     }
                 }
                 for (int64_t i0 = 0; i0 < 8; ++i0) {

@@ -1,0 +1,396 @@
+"""NaN, ±inf, -0.0 and subnormals behave as in numpy (ARCHITECTURE §4, the numerics contract).
+
+Whole random programs run on inputs seeded with special values, at every ISA level: NaN and
+±inf land exactly where numpy (in the inputs' dtype) and the interpreter put them, finite values
+agree within §9's tolerance. The max/min/relu emission is checked lane by lane on every pair of
+special values, in full vectors, tails and register tiles; the old emission (a bare max
+instruction, C's fmax) fails these checks (`test_old_max_emission_fails_the_checks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import eqsat
+from eqsat.backend_c.emit import emit
+from eqsat.core.interp import evaluate, run
+from eqsat.core.saturate import Limits
+from eqsat.core.terms import LoopProgram, Term, to_term
+from eqsat.rewrites.lowering import lower
+from tests.programs import assert_close, compiled
+from tests.test_loops import at, inner, named, nest, outer
+
+ISAS = ("avx512", "avx2", "scalar")
+TINY = np.float32(1e-40)  # a float32 subnormal
+SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, TINY, -TINY, 1.5, -2.0], np.float32)
+# Small schedules: these tests are about values, not speed.
+LIMITS = Limits(nodes=20_000, seconds=0.5, iterations=8, extraction_seconds=0.5)
+
+
+def assert_specials_agree(got: np.ndarray, want: np.ndarray, reference: np.ndarray) -> None:
+    """NaN, +inf and -inf exactly where `want` (numpy, in the kernel's dtype) has them; the
+    finite rest within ARCHITECTURE §9's tolerance of `reference` (float64)."""
+    got = np.asarray(got)
+    assert got.shape == want.shape
+    for name, test in (("NaN", np.isnan), ("+inf", np.isposinf), ("-inf", np.isneginf)):
+        wrong = np.argwhere(test(got) != test(want))
+        assert not wrong.size, f"{name} differs at {wrong[:5].tolist()}: {got} != {want}"
+    finite = np.isfinite(want) & np.isfinite(reference)
+    assert_close(np.where(finite, got, 0), np.where(finite, reference, 0), str(got.dtype))
+
+
+def with_specials(rng: np.random.Generator, shape: tuple[int, ...], rate: float) -> np.ndarray:
+    """float32 values in [-3, 3], each replaced with probability `rate` by one of SPECIALS."""
+    values = rng.uniform(-3, 3, shape).astype(np.float32)
+    special = rng.random(shape) < rate
+    values[special] = rng.choice(SPECIALS, int(special.sum()))
+    return values
+
+
+# ---------------------------------------------------------------- the interpreter
+
+
+def test_interpreter_follows_numpy_on_special_values() -> None:
+    """Every pair of special values through max, min, relu, where, the comparisons and a max
+    reduction, as tensor terms and as loop programs: numpy's values, sign of zero included."""
+    a, b = np.meshgrid(SPECIALS, SPECIALS)
+    x, y = eqsat.tensor("x", a.shape), eqsat.tensor("y", a.shape)
+    cases = {
+        "max": (eqsat.maximum(x, y), np.maximum(a, b)),
+        "min": (eqsat.minimum(x, y), np.minimum(a, b)),
+        "relu": (eqsat.relu(x), np.maximum(a, np.float32(0))),
+        "where": (eqsat.where(x, x, y), np.where(a != 0, a, b)),
+        "gt": (eqsat.where(x > y, 1.0, 0.0), (a > b).astype(np.float32)),
+        "ne": (eqsat.where(x != y, 1.0, 0.0), (a != b).astype(np.float32)),
+        "max-reduce": (x.max(axis=1), np.max(a, axis=1)),
+    }
+    inputs = {"x": a, "y": b}
+    for name, (expr, want) in cases.items():
+        term = to_term(expr.expr)
+        assert isinstance(term, Term)
+        got = evaluate(term, inputs)
+        np.testing.assert_array_equal(got, want, err_msg=name)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=name)
+        np.testing.assert_array_equal(run(lower([term]), inputs)[0], want, err_msg=name)
+
+
+# ---------------------------------------------------------------- max, min, relu lane by lane
+
+N = 37  # two whole AVX-512 float32 vectors and a 5-lane tail; four AVX2 vectors and a tail
+
+
+def pairs() -> tuple[np.ndarray, np.ndarray]:
+    """Every ordered pair of SPECIALS, each pair once in every lane position mod 16."""
+    a, b = (v.ravel() for v in np.meshgrid(SPECIALS, SPECIALS))
+    rows = [np.roll(np.resize(a, (16 * len(a),)), s)[:N] for s in range(len(a))]
+    cols = [np.roll(np.resize(b, (16 * len(b),)), s)[:N] for s in range(len(b))]
+    return np.array(rows, np.float32), np.array(cols, np.float32)
+
+
+ELEMENTWISE: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+    "maximum": (eqsat.maximum, np.maximum),
+    "minimum": (eqsat.minimum, np.minimum),
+    "relu": (lambda x, y: eqsat.relu(x), lambda x, y: np.maximum(x, np.float32(0))),
+    "max-scalar": (lambda x, y: eqsat.maximum(x * 2.0, 1.5), lambda x, y: np.maximum(x * 2, 1.5)),
+    "where-gt": (
+        lambda x, y: eqsat.where(x > y, x, y),
+        lambda x, y: np.where(x > y, x, y),
+    ),
+    "max-reduce-rows": (
+        lambda x, y: eqsat.maximum(x, y).max(axis=1),
+        lambda x, y: np.maximum(x, y).max(axis=1),
+    ),
+    "max-reduce-columns": (
+        lambda x, y: (x * y).max(axis=0),
+        lambda x, y: (x * y).max(axis=0),
+    ),
+}
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("case", ELEMENTWISE)
+def test_max_min_relu_where_on_every_pair_of_special_values(isa: str, case: str) -> None:
+    """Each pair of special values in every lane, in whole vectors and tails: the values of
+    numpy exactly (NaN where numpy has NaN; a zero may differ in sign, ARCHITECTURE §4)."""
+    build, reference = ELEMENTWISE[case]
+    a, b = pairs()
+    x, y = eqsat.tensor("x", a.shape), eqsat.tensor("y", b.shape)
+    kernel = eqsat.compile(build(x, y), isa=isa, limits=LIMITS, progress=False)
+    got = kernel(**{name: v for name, v in (("x", a), ("y", b)) if name in kernel.input_names})
+    with np.errstate(invalid="ignore"):
+        want = reference(a, b)
+    np.testing.assert_array_equal(got, want)  # NaN equals NaN here, and -0.0 equals 0.0
+
+
+def max_tile(rows: int, columns: int, unrolled: int) -> LoopProgram:
+    """out0[j] = max over i of in0[i, j] as a register tile: `unrolled` column vectors of 16
+    kept in registers over the rows (a partial vector when 16 * unrolled > columns)."""
+    i, j = named("i0", rows), named("i1", columns)
+    start = nest(
+        [(j, "vector", ())],
+        Term("Stmt.store", ("out0", at(j), Term("Scalar.const", (-np.inf,)))),
+    )
+    block = 16 * unrolled
+    tiles = nest(
+        [
+            (outer(j, block), "serial", ()),
+            (i, "serial", ()),
+            (outer(inner(j, block), 16), "unroll", (unrolled,)),
+            (inner(inner(j, block), 16), "vector", ()),
+        ],
+        Term("Stmt.accumulate", ("out0", at(j), "max", Term("Scalar.load", ("in0", at(i, j))))),
+    )
+    body = Term("Stmt.seq", (start, tiles))
+    return LoopProgram(body, (("x", (rows, columns)),), ((columns,),), "float32")
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("columns", [64, 45])
+def test_register_tiled_max_propagates_nan(isa: str, columns: int) -> None:
+    """A max accumulated in registers across rows: a NaN in any row reaches its column."""
+    program = max_tile(9, columns, unrolled=2)
+    source = emit(program, isa, "eqsat_kernel")
+    assert isa == "scalar" or "acc1 = eq_vmax(" in source  # the tile's second accumulator
+    x = with_specials(np.random.default_rng(4), (9, columns), rate=0.05)
+    x[:, 3] = np.nan  # a column of NaN, and NaN in the last row of another
+    x[-1, 17] = np.nan
+    with np.errstate(invalid="ignore"):
+        want = x.max(axis=0)
+    got = compiled(program, isa)(x=x)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("n", [37, 100])
+def test_max_reductions_propagate_nan_from_every_position(isa: str, n: int) -> None:
+    """Row and column maxima of a matrix with a NaN on the diagonal (a NaN in every lane
+    position of the rows' vectors, their tails and, for 100 columns, each of the horizontal
+    reduction's 4 accumulators), rows of -inf and a row with +inf and NaN."""
+    x = with_specials(np.random.default_rng(5), (n, n), rate=0.0)
+    np.fill_diagonal(x, np.nan)
+    x[1, :] = -np.inf
+    x[2, :] = -np.inf
+    x[2, -1] = np.nan
+    x[3, [0, -1]] = np.inf
+    x[4, :] = np.inf
+    x[4, 7] = np.nan
+    symbol = eqsat.tensor("x", x.shape)
+    kernel = eqsat.compile([symbol.max(axis=1), symbol.max(axis=0)], isa=isa, progress=False)
+    rows, columns = kernel(x=x)
+    np.testing.assert_array_equal(rows, x.max(axis=1))
+    np.testing.assert_array_equal(columns, x.max(axis=0))
+    x[:, :] = -np.inf
+    x[n // 2, n // 3] = np.inf
+    rows, columns = kernel(x=x)
+    np.testing.assert_array_equal(rows, x.max(axis=1))
+    np.testing.assert_array_equal(columns, x.max(axis=0))
+
+
+# ---------------------------------------------------------------- whole random programs
+
+
+@dataclass(frozen=True)
+class SpecialProgram:
+    """A random program written once with numpy functions, so that it runs on numpy arrays
+    (the reference) and on eqsat tensors alike (`run`)."""
+
+    steps: tuple[tuple[str, Callable[..., Any]], ...]  # (description, step(x, values) -> x)
+    inputs: Mapping[str, np.ndarray]  # float32, with special values
+
+    def run(self, values: Mapping[str, Any]) -> Any:
+        """The program on `values` by input name: numpy arrays or eqsat tensors."""
+        x = values["v0"]
+        for _, step in self.steps:
+            x = step(x, values)
+        return x
+
+    def __repr__(self) -> str:
+        return " -> ".join(description for description, _ in self.steps)
+
+
+def relu(x: Any) -> Any:
+    return eqsat.relu(x) if isinstance(x, eqsat.Tensor) else np.maximum(x, np.float32(0))
+
+
+def sigmoid(x: Any) -> Any:
+    return eqsat.sigmoid(x) if isinstance(x, eqsat.Tensor) else 1 / (1 + np.exp(-x))
+
+
+def softmax(x: Any) -> Any:
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
+UNARY: dict[str, Callable[[Any], Any]] = {
+    "exp": np.exp,  # exp(-inf) = 0, exp(inf) = inf
+    "log": np.log,  # NaN below 0, -inf at ±0
+    "sqrt": np.sqrt,  # NaN below 0
+    "tanh": np.tanh,
+    "sigmoid": sigmoid,
+    "relu": relu,
+    "abs": np.abs,
+    "neg": np.negative,
+    "square": lambda x: x * x,
+    "softmax": softmax,
+}
+# Binary ops with a new input `y`. Division is by an input only: an identity may change the
+# sign of a computed zero (ARCHITECTURE §4), which 1/0 would turn into the sign of an inf.
+BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "maximum": np.maximum,
+    "maximum-yx": lambda x, y: np.maximum(y, x),
+    "minimum": np.minimum,
+    "minimum-yx": lambda x, y: np.minimum(y, x),
+    "where-gt": lambda x, y: np.where(x > y, x, y * 0.5),
+    "where-le": lambda x, y: np.where(x <= y, y, x),
+    "where-ne": lambda x, y: np.where(x != y, x - y, y),
+    "where-value": lambda x, y: np.where(y, x, y),  # a nonzero (or NaN) y is true
+}
+CONSTANTS = (0.0, 0.5, -1.5, 2.0, np.inf, -np.inf)
+SCALAR: dict[str, Callable[[Any, float], Any]] = {
+    "mul": lambda x, c: x * c,
+    "add": lambda x, c: x + c,
+    "rsub": lambda x, c: c - x,
+    "maximum": np.maximum,
+    "minimum": lambda x, c: np.minimum(c, x),
+    "where-nan": lambda x, c: np.where(x > c, x, np.nan),
+}
+DIMS = st.sampled_from([1, 2, 3, 5, 17, 33])
+
+
+def _binary_step(name: str, other: str) -> Callable[..., Any]:
+    return lambda x, values: BINARY[name](x, values[other])
+
+
+def _scalar_step(name: str, c: float) -> Callable[..., Any]:
+    return lambda x, values: SCALAR[name](x, np.float32(c) if isinstance(x, np.ndarray) else c)
+
+
+def _reduce_step(fn: Callable[..., Any], axis: int, keepdims: bool) -> Callable[..., Any]:
+    return lambda x, values: fn(x, axis=axis, keepdims=keepdims)
+
+
+@st.composite
+def special_programs(draw: st.DrawFn, max_ops: int = 4) -> SpecialProgram:
+    """Elementwise (with broadcasting and constants, inf among them), reductions (sum, max,
+    mean), matmul, transpose, reshape, softmax, where and comparisons, relu, maximum and
+    minimum, on float32 inputs of which about 10% are special values (SPECIALS)."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    rate = draw(st.sampled_from([0.05, 0.1, 0.3]))
+    inputs: dict[str, np.ndarray] = {}
+
+    def new_input(shape: tuple[int, ...]) -> str:
+        name = f"v{len(inputs)}"
+        inputs[name] = with_specials(rng, shape, rate)
+        return name
+
+    shape = tuple(draw(DIMS) for _ in range(draw(st.integers(1, 3))))
+    new_input(shape)
+    steps: list[tuple[str, Callable[..., Any]]] = []
+    for _ in range(draw(st.integers(1, max_ops))):
+        kind = draw(st.sampled_from(["unary", "binary", "broadcast", "scalar", "reduce", "matmul",
+                                     "layout"]))  # fmt: skip
+        if kind == "unary":
+            name = draw(st.sampled_from([n for n in sorted(UNARY) if shape or n != "softmax"]))
+            steps.append((name, lambda x, values, fn=UNARY[name]: fn(x)))
+        elif kind in ("binary", "broadcast"):
+            other = shape
+            if kind == "broadcast":
+                other = tuple(1 if draw(st.booleans()) else n for n in shape)
+                other = other[draw(st.integers(0, len(other))) :]
+            name, operand = draw(st.sampled_from(sorted(BINARY))), new_input(other)
+            steps.append((f"{name}({operand}{list(other)})", _binary_step(name, operand)))
+        elif kind == "scalar":
+            name, c = draw(st.sampled_from(sorted(SCALAR))), draw(st.sampled_from(CONSTANTS))
+            steps.append((f"{name}({c})", _scalar_step(name, c)))
+        elif kind == "reduce" and shape:
+            axis, keepdims = draw(st.integers(0, len(shape) - 1)), draw(st.booleans())
+            fn = draw(st.sampled_from([np.sum, np.max, np.mean]))
+            steps.append((f"{fn.__name__}(axis={axis})", _reduce_step(fn, axis, keepdims)))
+            shape = shape[:axis] + ((1,) if keepdims else ()) + shape[axis + 1 :]
+        elif kind == "matmul" and shape:
+            operand = new_input((shape[-1], draw(DIMS)))
+            steps.append((f"@ {operand}", lambda x, values, w=operand: x @ values[w]))
+            shape = shape[:-1] + inputs[operand].shape[1:]
+        elif kind == "layout" and len(shape) >= 2:
+            steps.append(("T", lambda x, values: x.T))
+            shape = shape[::-1]
+        elif kind == "layout" and shape:
+            steps.append(("reshape(-1)", lambda x, values: x.reshape(-1)))
+            shape = (int(np.prod(shape)),)
+    return SpecialProgram(tuple(steps), inputs)
+
+
+def check_program(program: SpecialProgram, isa: str) -> None:
+    """The compiled program against numpy in float32 (NaN and ±inf positions), the interpreter
+    in float32 (likewise) and numpy in float64 (finite values)."""
+    with np.errstate(all="ignore"):
+        want = np.asarray(program.run(program.inputs), np.float32)
+        wide = {name: value.astype(np.float64) for name, value in program.inputs.items()}
+        reference = np.asarray(program.run(wide))
+    symbols = {name: eqsat.tensor(name, value.shape) for name, value in program.inputs.items()}
+    expr = program.run(symbols)
+    term = to_term(expr.expr)
+    assert isinstance(term, Term)
+    interpreted = evaluate(term, program.inputs)
+    assert_specials_agree(interpreted, want, reference)
+    kernel = eqsat.compile(expr, isa=isa, limits=LIMITS, progress=False)
+    assert_specials_agree(kernel(**program.inputs), want, reference)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program=special_programs())
+def test_random_programs_with_special_values_agree_with_numpy(
+    isa: str, program: SpecialProgram
+) -> None:
+    check_program(program, isa)
+
+
+# ---------------------------------------------------------------- the mutation check
+
+ISSUE_PROGRAMS = {  # the issue's smallest failures
+    "relu(x * 2)": (lambda x: eqsat.relu(x * 2.0), lambda x: np.maximum(x * 2, np.float32(0))),
+    "max(x ** 2, axis=0)": (lambda x: (x * x).max(axis=0), lambda x: (x * x).max(axis=0)),
+}
+# The emission before NaN propagation: C's fmax and a bare max instruction, as (the helper's
+# body now, the old one) for each ISA level's helpers.
+OLD_MAX = {
+    "scalar": [("return a != a ? a : (a > b ? a : b);", "return fmax(a, b);")],
+    "avx512": [("_mm512_mask_max_ps(a, _mm512_cmp_ps_mask(a, a, _CMP_ORD_Q), a, b)",
+                "_mm512_max_ps(a, b)")],
+    "avx2": [("_mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q))",
+              "_mm256_max_ps(a, b)")],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("case", ISSUE_PROGRAMS)
+def test_old_max_emission_fails_the_checks(isa: str, case: str) -> None:
+    """The issue's programs pass; with the max helpers put back to the old emission (fmax,
+    `_mm*_max_ps`), the same kernels lose the NaN and the check fails."""
+    build, reference = ISSUE_PROGRAMS[case]
+    x = with_specials(np.random.default_rng(6), (19, 37), rate=0.0)
+    x[[0, 5, 18], [3, 36, 20]] = np.nan
+    with np.errstate(invalid="ignore"):
+        want = reference(x)
+    expr = build(eqsat.tensor("x", x.shape))
+    program = eqsat.optimize(expr, limits=LIMITS, progress=False).program
+    source = emit(program, isa, "eqsat_kernel")
+    assert_specials_agree(compiled(program, isa, source)(x=x), want, want)
+    mutated = source
+    for new, old in {*OLD_MAX["scalar"], *OLD_MAX[isa]}:
+        assert new in mutated
+        mutated = mutated.replace(new, old)
+    with pytest.raises(AssertionError, match="NaN differs"):
+        assert_specials_agree(compiled(program, isa, mutated)(x=x), want, want)
