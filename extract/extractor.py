@@ -121,7 +121,7 @@ class SerializedGraph:
         candidates of the e-classes below it (`_Worklist.completed`), and `complete` is False.
         """
         with _collector_paused():
-            index = self._index
+            index = self._index(root)
             run = _Worklist(index, node_cost, n)
             complete = run.settle(deadline)
             position = index.position[root]
@@ -144,17 +144,37 @@ class SerializedGraph:
 
         return self.extract(root, cost)[0]
 
+    def _index(self, root: str) -> _Index:
+        """The index of the e-classes below `root` (built once per root)."""
+        index = self._indexes.get(root)
+        if index is None:
+            index = self._indexes[root] = _Index(self.classes, root)
+        return index
+
     @cached_property
-    def _index(self) -> _Index:
-        return _Index(self.classes)
+    def _indexes(self) -> dict[str, _Index]:
+        return {}
 
 
 class _Index:
-    """`SerializedGraph.classes` numbered densely: e-class i is the i-th key of `classes`, node
-    v the v-th node met walking them in order (so a class's nodes have increasing numbers)."""
+    """The part of `SerializedGraph.classes` below e-class `root`, numbered densely: e-class i
+    is the i-th of those e-classes in the order of `classes`, node v the v-th node met walking
+    them in order (so a class's nodes have increasing numbers).
 
-    def __init__(self, classes: dict[str, list[_Node]]) -> None:
-        self.ids = ids = list(classes)
+    Only what the root's terms can use is priced. Leaving out the rest changes nothing for the
+    root: an e-class outside never is a child of one inside, and the worklist meets the e-classes
+    inside in the same order with or without the others between them."""
+
+    def __init__(self, classes: dict[str, list[_Node]], root: str) -> None:
+        below = {root}
+        stack = [root]
+        while stack:
+            for node in classes[stack.pop()]:
+                for child in node.children:
+                    if child not in below:
+                        below.add(child)
+                        stack.append(child)
+        self.ids = ids = [cid for cid in classes if cid in below]
         self.position = {cid: i for i, cid in enumerate(ids)}
         self.nodes = [node for cid in ids for node in classes[cid]]
         self.node_class = [i for i, cid in enumerate(ids) for _ in classes[cid]]

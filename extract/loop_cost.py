@@ -134,6 +134,8 @@ class LoopCost:
         self._leaf_pieces: dict[frozenset[Term], tuple[tuple[frozenset[Term], int], ...]] = {}
         self._runs: dict[Term, dict[tuple[str, Term], tuple[int, bool]]] = {}
         self._allocating: dict[Term, frozenset[str]] = {}
+        self._movements: dict[tuple[Term, Term], tuple[int, bool]] = {}
+        self._row_lengths: dict[Term, int] = {}
         capacities = (machine.l1_bytes, machine.l2_bytes, machine.l3_bytes)
         self._usable = tuple(capacity * CACHE_USE for capacity in capacities)
         self._bytes_per_cycle, self._dram_scaling = fetch_rates(machine)
@@ -382,7 +384,7 @@ class LoopCost:
         buffer once (its `sizes` bytes, the shortest run of the buffer's accesses)."""
         shortest: dict[str, int] = {}
         for (buffer, index), (run, _) in self.stream_runs(statement).items():
-            if run < _row_length(index):
+            if run < self.row_length(index):
                 shortest[buffer] = min(run, shortest.get(buffer, run))
         line, item = self.machine.line_bytes, self.item_bytes
         return STREAM_RESTART_BYTES * sum(
@@ -417,16 +419,34 @@ class LoopCost:
             case "Stmt.loop":
                 axis, trips = a[0], axis_extent(a[0])
                 runs = {}
-                for (buffer, index), (run, single) in self.stream_runs(a[2]).items():
-                    if single and _steps_one_run(index, axis, run):
+                for access, (run, single) in self.stream_runs(a[2]).items():
+                    step, moves = self.movement(access[1], axis)
+                    if single and step == run:
                         run *= trips
-                    elif depends_on(index, axis):
+                    elif moves:
                         single = False
                     elif trips > 1:
                         continue  # re-read: from cache, after the first pass (not a stream)
-                    runs[buffer, index] = (run, single)
+                    runs[access] = (run, single)
                 return runs
         raise ValueError(f"not a statement: {statement.op}")
+
+    def movement(self, index: Term, axis: Term) -> tuple[int, bool]:
+        """How a loop over `axis` moves an access through `index`: the elements its trips step
+        along the last dimension when it moves nothing else (`_run_step`, else 0), and whether
+        it moves the access at all (memoized)."""
+        key = (index, axis)
+        known = self._movements.get(key)
+        if known is None:
+            known = self._movements[key] = (_run_step(index, axis), depends_on(index, axis))
+        return known
+
+    def row_length(self, index: Term) -> int:
+        """`_row_length(index)`, memoized."""
+        known = self._row_lengths.get(index)
+        if known is None:
+            known = self._row_lengths[index] = _row_length(index)
+        return known
 
     # ------------------------------------------------------------ footprints
 
@@ -594,17 +614,18 @@ def _row_length(index: Term) -> int:
     return 1
 
 
-def _steps_one_run(index: Term, axis: Term, run: int) -> bool:
-    """True when a loop over `axis` moves only the last index of `index`, by exactly `run`
-    elements per trip: its trips read one run after the other."""
+def _run_step(index: Term, axis: Term) -> int:
+    """The elements a loop over `axis` steps the last index of `index` by per trip, when it moves
+    only that index, a plain axis that `axis` is a piece of (so that its trips read one run after
+    the other when a run is that long); else 0."""
     items = without_unit_tail(index_items(index))
     if not items or any(moves_with(item, axis) for item in items[:-1]):
-        return False
+        return 0
     last = items[-1]
     if last.op != "Index.axis":
-        return False
+        return 0
     walked = last.args[0]
-    return walked in pieces_of(axis) and _stride(axis, walked) == run  # type: ignore[arg-type]
+    return _stride(axis, walked) if walked in pieces_of(axis) else 0  # type: ignore[arg-type]
 
 
 def _stride(axis: Term, ancestor: Term) -> int:
