@@ -170,10 +170,10 @@ class _Index:
         stack = [root]
         while stack:
             for node in classes[stack.pop()]:
-                for child in node.children:
-                    if child not in below:
-                        below.add(child)
-                        stack.append(child)
+                for eclass in node.children:
+                    if eclass not in below:
+                        below.add(eclass)
+                        stack.append(eclass)
         self.ids = ids = [cid for cid in classes if cid in below]
         self.position = {cid: i for i, cid in enumerate(ids)}
         self.nodes = [node for cid in ids for node in classes[cid]]

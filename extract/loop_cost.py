@@ -18,7 +18,7 @@ Each statement gets an `Estimate`, computed bottom-up from its children's:
   do not, so such an output costs its bytes once instead of twice.
 - Reads from DRAM stream well only in long runs: a statement that streams an access (reads
   each element once) pays STREAM_RESTART_BYTES more for every run of consecutive elements it
-  reads when the runs are shorter than a row (`stream_runs`: a loop extends its body's run
+  reads when the runs are shorter than a row (`_Touched.runs`: a loop extends its body's run
   when it steps exactly one run further along the last dimension; any other loop that moves
   the access starts a new run). Blocked and row-by-row nests of equal footprint then differ.
 - A Parallel loop divides compute and per-core traffic by the cores and pays a start cost; DRAM
@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import NamedTuple
 
 from eqsat.core.loops import (
     RegisterTile,
@@ -86,9 +86,9 @@ STREAM_RESTART_BYTES = 256.0
 
 
 # The loads and stores below a statement, grouped by the loops they run inside: for each set of
-# loop axes (all below the statement being estimated), the (buffer, index list) pairs accessed
-# inside exactly those loops.
-Accesses = Mapping[frozenset[Term], frozenset[tuple[str, Term]]]
+# loop axes below the statement (its `LoopCost.loop_set` number), the accesses made inside exactly
+# those loops (`LoopCost.access` numbers of (buffer, index list) pairs).
+Accesses = Mapping[int, frozenset[int]]
 
 
 @dataclass(frozen=True)
@@ -109,13 +109,37 @@ class Estimate:
         return limit + OVERLAP_PENALTY * (sum(terms) - limit) + self.overhead + self.first_touch
 
 
-@dataclass(frozen=True)
-class _Statement:
-    """What a parent statement needs of an estimated child: its estimate, and the bytes of the
-    lines each buffer occupies (the footprint is their sum: accesses to one buffer overlap)."""
+class _Touched(NamedTuple):
+    """What a statement touches, as its parent statement builds on it (shared between
+    statements: never changed)."""
+
+    accesses: Accesses
+    # the bytes of the lines each buffer occupies (the footprint is their sum: accesses to one
+    # buffer overlap)
+    buffer_bytes: Mapping[str, float]
+    # For each access that the statement streams (every loop of two or more trips moves it): how
+    # many consecutive elements of its last dimension it reads in a row, in execution order, and
+    # whether one execution of the statement reads just one such run (else a loop moved to
+    # another row in between).
+    runs: Mapping[int, tuple[int, bool]]
+    # The `eqsat.core.loops.large_output` buffers it stores into through the caches (not in
+    # `eqsat.core.loops.streamed_store` vector loops).
+    allocating: frozenset[str]
+
+
+class _Statement(NamedTuple):
+    """What a parent statement needs of an estimated child."""
 
     estimate: Estimate
-    buffer_bytes: Mapping[str, float]  # shared between statements: never changed
+    touched: _Touched
+
+
+class _Along(NamedTuple):
+    """What is known of loops over one axis: the loop set (number) each loop set grows into
+    with the axis, and each access's `LoopCost.movement` along the axis."""
+
+    grown: dict[int, int]
+    movements: dict[int, tuple[int, bool]]
 
 
 class LoopCost:
@@ -123,19 +147,22 @@ class LoopCost:
 
     Estimates are memoized per statement term for the life of the object (one extraction), and
     so are the footprints they are built from, so pricing a statement whose children were priced
-    before costs only its own level."""
+    before costs only its own level. Accesses and sets of loop axes are numbered as they are met,
+    so that the work per access of each statement is done on ints (hashing a Term runs Python)."""
 
     def __init__(self, machine: Machine, dtype: str) -> None:
         self.machine = machine
         self.dtype = dtype
         self._statements: dict[Term, _Statement] = {}
-        self._accesses: dict[Term, Accesses] = {}
-        self._access_bytes: dict[tuple[Term, frozenset[Term]], float] = {}
+        # accesses by number: the (buffer, index list) pair and its `_row_length`
+        self._access_numbers: dict[tuple[str, Term], int] = {}
+        self._accesses: list[tuple[str, Term, int]] = []
+        # sets of loop axes by number (0: none), and the lines' bytes of each access over each
+        self._loop_set_numbers: dict[frozenset[Term], int] = {frozenset(): 0}
+        self._loop_sets: list[frozenset[Term]] = [frozenset()]
+        self._lines: list[dict[int, float]] = [{}]
+        self._along: dict[Term, _Along] = {}
         self._leaf_pieces: dict[frozenset[Term], tuple[tuple[frozenset[Term], int], ...]] = {}
-        self._runs: dict[Term, dict[tuple[str, Term], tuple[int, bool]]] = {}
-        self._allocating: dict[Term, frozenset[str]] = {}
-        self._movements: dict[tuple[Term, Term], tuple[int, bool]] = {}
-        self._row_lengths: dict[Term, int] = {}
         capacities = (machine.l1_bytes, machine.l2_bytes, machine.l3_bytes)
         self._usable = tuple(capacity * CACHE_USE for capacity in capacities)
         self._bytes_per_cycle, self._dram_scaling = fetch_rates(machine)
@@ -170,16 +197,12 @@ class LoopCost:
                 return self.leaf(statement)
             case "Stmt.seq":
                 first, second = self._statement(a[0]), self._statement(a[1])  # type: ignore[arg-type]
-                sizes = _largest(first.buffer_bytes, second.buffer_bytes)
-                return self.combine(statement, sizes, (first.estimate, second.estimate), 1)
+                touched = _in_sequence(first.touched, second.touched)
+                return self.combine(touched, (first.estimate, second.estimate), 1)
             case "Stmt.alloc":
                 body = self._statement(a[2])  # type: ignore[arg-type]
                 return self.combine(
-                    statement,
-                    body.buffer_bytes,
-                    [body.estimate],
-                    1,
-                    first_touch=self.first_touch(statement),
+                    body.touched, [body.estimate], 1, first_touch=self.first_touch(statement)
                 )
             case "Stmt.loop":
                 return self.loop(statement)
@@ -211,22 +234,22 @@ class LoopCost:
             + 1 / STORES_PER_CYCLE
             + _latency(value)
         )
-        sizes = self.bytes_per_buffer(self.accesses(statement))
-        footprint = sum(sizes.values())
-        traffic = (footprint, footprint, footprint + self.dram_extra(statement, sizes))
+        touched = self.leaf_touched(statement, loads)
+        footprint = sum(touched.buffer_bytes.values())
+        traffic = (footprint, footprint, footprint + self.dram_extra(touched))
         estimate = Estimate(compute, traffic, 0.0, footprint, 0.0, self._bytes_per_cycle)
-        return _Statement(estimate, sizes)
+        return _Statement(estimate, touched)
 
     def loop(self, statement: Term) -> _Statement:
         axis, kind, body_term = statement.args
         assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body_term, Term)
         body = self._statement(body_term)
-        sizes = self.bytes_per_buffer(self.accesses(statement))
+        touched = self.loop_touched(statement, body.touched)
         trips = mean_trips(axis)
         if kind.op == "LoopKind.serial":
             tile = register_tile(axis, body_term, self.machine.isa, self.lanes)
             if tile is not None:
-                return self.register_tile(statement, tile, body.estimate, sizes)
+                return self.register_tile(statement, tile, body.estimate, touched)
         per_trip = body.estimate.compute + (0.0 if kind.op == "LoopKind.unroll" else LOOP_OVERHEAD)
         vector = kind.op == "LoopKind.vector" and self.machine.isa != "scalar"
         vectorized = vector and vectorizable(axis, body_term)
@@ -235,7 +258,7 @@ class LoopCost:
         compute = per_trip * trips
         if vectorized and horizontal(axis, body_term):
             compute -= trips * HORIZONTAL_STEP_SAVING - HORIZONTAL_FINISH
-        loop = self.combine(statement, sizes, [body.estimate], trips, compute)
+        loop = self.combine(touched, [body.estimate], trips, compute)
         if kind.op != "LoopKind.parallel":
             return loop
         cores = min(self.machine.cores, trips)  # a loop of one trip runs on one core
@@ -249,10 +272,10 @@ class LoopCost:
             estimate.first_touch,
             self._bytes_per_cycle,
         )
-        return _Statement(parallel, sizes)
+        return _Statement(parallel, touched)
 
     def register_tile(
-        self, statement: Term, tile: RegisterTile, body: Estimate, sizes: Mapping[str, float]
+        self, statement: Term, tile: RegisterTile, body: Estimate, touched: _Touched
     ) -> _Statement:
         """One FMA per accumulator and one load per distinct operand each step; the
         accumulators are loaded before the loop and stored after it. A tile clipped to its
@@ -281,7 +304,7 @@ class LoopCost:
         trips = mean_trips(statement.args[0])  # type: ignore[arg-type]
         spill = accumulators * (1 / LOADS_PER_CYCLE + 1 / STORES_PER_CYCLE)
         compute = trips * (step + LOOP_OVERHEAD) + spill
-        return self.combine(statement, sizes, [body], trips, compute)
+        return self.combine(touched, [body], trips, compute)
 
     def tile_variants(self, tile: RegisterTile) -> list[tuple[float, dict[Term, int]]]:
         """(how often it runs, accumulators along each tile axis) of each variant of a register
@@ -303,19 +326,18 @@ class LoopCost:
 
     def combine(
         self,
-        statement: Term,
-        sizes: Mapping[str, float],
+        touched: _Touched,
         children: Sequence[Estimate],
         trips: float,
         compute: float | None = None,
         first_touch: float = 0.0,
     ) -> _Statement:
-        """`statement`, touching `sizes` bytes per buffer, running `children` `trips` times
-        (the reuse model of the module doc), plus its own `first_touch` cycles."""
-        footprint = sum(sizes.values())
+        """A statement that touches `touched`, running `children` `trips` times (the reuse
+        model of the module doc), plus its own `first_touch` cycles."""
+        footprint = sum(touched.buffer_bytes.values())
         largest = max([child.footprint for child in children])
         levels = zip(*[child.traffic for child in children], strict=True)
-        once = (footprint, footprint, footprint + self.dram_extra(statement, sizes))
+        once = (footprint, footprint, footprint + self.dram_extra(touched))
         traffic = tuple(
             [
                 fetched_once if largest <= usable else trips * sum(fetched)
@@ -334,166 +356,137 @@ class LoopCost:
             first_touch,
             self._bytes_per_cycle,
         )
-        return _Statement(estimate, sizes)
+        return _Statement(estimate, touched)
 
     # ------------------------------------------------------------ DRAM streams
 
-    def dram_extra(self, statement: Term, sizes: Mapping[str, float]) -> float:
-        """DRAM bytes beyond the footprint when `statement` fetches it once: stream restarts,
-        and the lines of large outputs stored without bypassing the caches, which are read
-        before they are written (`allocating_stores`)."""
-        allocated = sum(sizes[buffer] for buffer in self.allocating_stores(statement))
-        return self.restart_bytes(statement, sizes) + allocated
+    def dram_extra(self, touched: _Touched) -> float:
+        """DRAM bytes beyond the footprint when a statement that touches `touched` fetches it
+        once: stream restarts, and the lines of large outputs stored without bypassing the
+        caches, which are read before they are written (`_Touched.allocating`)."""
+        sizes = touched.buffer_bytes
+        allocated = sum(sizes[buffer] for buffer in touched.allocating)
+        return self.restart_bytes(touched) + allocated
 
     def allocating_stores(self, statement: Term) -> frozenset[str]:
-        """The `eqsat.core.loops.large_output` buffers that `statement` stores into through the
-        caches (not in `eqsat.core.loops.streamed_store` vector loops)."""
-        known = self._allocating.get(statement)
-        if known is None:
-            known = self._allocating[statement] = self._find_allocating(statement)
-        return known
+        """The buffers `statement` stores into through the caches (`_Touched.allocating`)."""
+        return self._statement(statement).touched.allocating
 
-    def _find_allocating(self, statement: Term) -> frozenset[str]:
-        a: tuple[Any, ...] = statement.args
-        match statement.op:
-            case "Stmt.store":
-                shape = _named_shape(a[1])
-                large = shape is not None and large_output(str(a[0]), shape, self.item_bytes)
-                return frozenset([str(a[0])]) if large else frozenset()
-            case "Stmt.accumulate":
-                return frozenset()  # the element is read anyway (the footprint has it)
-            case "Stmt.seq":
-                return self.allocating_stores(a[0]) | self.allocating_stores(a[1])
-            case "Stmt.alloc":
-                return self.allocating_stores(a[2])
-            case "Stmt.loop":
-                body = self.allocating_stores(a[2])
-                if body and a[1].op == "LoopKind.vector" and a[2].op == "Stmt.store":
-                    buffer, target = str(a[2].args[0]), a[2].args[1]
-                    shape = _named_shape(target)
-                    vector = shape is not None and vectorizable(a[0], a[2])
-                    if vector and streamed_store(
-                        buffer, shape, self.item_bytes, target, a[0], self.lanes  # type: ignore[arg-type]
-                    ):
-                        return body - {buffer}
-                return body
-        raise ValueError(f"not a statement: {statement.op}")
-
-    def restart_bytes(self, statement: Term, sizes: Mapping[str, float]) -> float:
-        """STREAM_RESTART_BYTES for every run shorter than a row in which `statement` reads a
-        buffer once (its `sizes` bytes, the shortest run of the buffer's accesses)."""
+    def restart_bytes(self, touched: _Touched) -> float:
+        """STREAM_RESTART_BYTES for every run shorter than a row in which a statement that
+        touches `touched` reads a buffer once (its bytes, the shortest run of the buffer's
+        accesses)."""
         shortest: dict[str, int] = {}
-        for (buffer, index), (run, _) in self.stream_runs(statement).items():
-            if run < self.row_length(index):
+        accesses = self._accesses
+        for access, (run, _) in touched.runs.items():
+            buffer, _, row_length = accesses[access]
+            if run < row_length:
                 shortest[buffer] = min(run, shortest.get(buffer, run))
-        line, item = self.machine.line_bytes, self.item_bytes
+        line, item, sizes = self.machine.line_bytes, self.item_bytes, touched.buffer_bytes
         return STREAM_RESTART_BYTES * sum(
             sizes[buffer] / max(run * item, line) for buffer, run in shortest.items()
         )
 
-    def stream_runs(self, statement: Term) -> Mapping[tuple[str, Term], tuple[int, bool]]:
-        """For each access below `statement` that it streams (every loop of two or more trips
-        moves the access): how many consecutive elements of its last dimension it reads in a
-        row, in execution order, and whether one execution of `statement` reads just one such
-        run (else a loop moved to another row in between)."""
-        known = self._runs.get(statement)
-        if known is None:
-            known = self._runs[statement] = self._find_runs(statement)
-        return known
-
-    def _find_runs(self, statement: Term) -> dict[tuple[str, Term], tuple[int, bool]]:
-        a: tuple[Any, ...] = statement.args
-        match statement.op:
-            case "Stmt.store" | "Stmt.accumulate":
-                loads = [(str(load.args[0]), load.args[1]) for load in loads_in(a[-1])]
-                return {(str(a[0]), a[1]): (1, True), **{access: (1, True) for access in loads}}
-            case "Stmt.seq":
-                runs = dict(self.stream_runs(a[0]))
-                for access, (run, single) in self.stream_runs(a[1]).items():
-                    if access in runs:
-                        run, single = min(run, runs[access][0]), False
-                    runs[access] = (run, single)
-                return runs
-            case "Stmt.alloc":
-                return dict(self.stream_runs(a[2]))
-            case "Stmt.loop":
-                axis, trips = a[0], axis_extent(a[0])
-                runs = {}
-                for access, (run, single) in self.stream_runs(a[2]).items():
-                    step, moves = self.movement(access[1], axis)
-                    if single and step == run:
-                        run *= trips
-                    elif moves:
-                        single = False
-                    elif trips > 1:
-                        continue  # re-read: from cache, after the first pass (not a stream)
-                    runs[access] = (run, single)
-                return runs
-        raise ValueError(f"not a statement: {statement.op}")
-
-    def movement(self, index: Term, axis: Term) -> tuple[int, bool]:
-        """How a loop over `axis` moves an access through `index`: the elements its trips step
-        along the last dimension when it moves nothing else (`_run_step`, else 0), and whether
-        it moves the access at all (memoized)."""
-        key = (index, axis)
-        known = self._movements.get(key)
-        if known is None:
-            known = self._movements[key] = (_run_step(index, axis), depends_on(index, axis))
-        return known
-
-    def row_length(self, index: Term) -> int:
-        """`_row_length(index)`, memoized."""
-        known = self._row_lengths.get(index)
-        if known is None:
-            known = self._row_lengths[index] = _row_length(index)
-        return known
-
     # ------------------------------------------------------------ footprints
 
-    def accesses(self, statement: Term) -> Accesses:
-        """The loads and stores of `statement` (memoized; see `Accesses`)."""
-        known = self._accesses.get(statement)
-        if known is None:
-            known = self._accesses[statement] = self._find_accesses(statement)
-        return known
+    def leaf_touched(self, statement: Term, loads: Sequence[Term]) -> _Touched:
+        """What a store or accumulate touches: its target, then its `loads`."""
+        buffer, target = str(statement.args[0]), statement.args[1]
+        assert isinstance(target, Term)
+        numbers = [self.access(buffer, target)]
+        numbers += [self.access(str(load.args[0]), load.args[1]) for load in loads]  # type: ignore[arg-type]
+        accesses = {0: frozenset(numbers)}
+        allocating: frozenset[str] = frozenset()
+        if statement.op == "Stmt.store":  # an accumulate reads its element (the footprint has it)
+            shape = _named_shape(target)
+            if shape is not None and large_output(buffer, shape, self.item_bytes):
+                allocating = frozenset([buffer])
+        runs = dict.fromkeys(numbers, (1, True))
+        return _Touched(accesses, self.bytes_per_buffer(accesses), runs, allocating)
 
-    def _find_accesses(self, statement: Term) -> Accesses:
-        a: tuple[Any, ...] = statement.args
-        match statement.op:
-            case "Stmt.store" | "Stmt.accumulate":
-                loads = [(load.args[0], load.args[1]) for load in loads_in(a[-1])]
-                touched = frozenset((str(buffer), index) for buffer, index in [a[:2], *loads])
-                return {frozenset(): touched}
-            case "Stmt.seq":
-                return _merged([*self.accesses(a[0]).items(), *self.accesses(a[1]).items()])
-            case "Stmt.alloc":
-                return self.accesses(a[2])
-            case "Stmt.loop":
-                axis = frozenset([a[0]])
-                return _merged(
-                    [(inner | axis, pairs) for inner, pairs in self.accesses(a[2]).items()]
-                )
-        raise ValueError(f"not a statement: {statement.op}")
+    def loop_touched(self, loop: Term, body: _Touched) -> _Touched:
+        """What `loop` touches, from what its body touches: each access's loop set grows by
+        the axis, and a stream run grows when the loop steps one run further along it."""
+        axis, kind, body_term = loop.args
+        assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body_term, Term)
+        along = self._along.get(axis)
+        if along is None:
+            along = self._along[axis] = _Along({}, {})
+        accesses = _merged(
+            [(self.loop_set(inner, axis, along), group) for inner, group in body.accesses.items()]
+        )
+        trips = axis_extent(axis)
+        runs = {}
+        for access, (run, single) in body.runs.items():
+            step, moves = self.movement(access, axis, along)
+            if single and step == run:
+                run *= trips
+            elif moves:
+                single = False
+            elif trips > 1:
+                continue  # re-read: from cache, after the first pass (not a stream)
+            runs[access] = (run, single)
+        allocating = body.allocating
+        if allocating and kind.op == "LoopKind.vector" and body_term.op == "Stmt.store":
+            buffer, target = str(body_term.args[0]), body_term.args[1]
+            assert isinstance(target, Term)
+            shape = _named_shape(target)
+            if (
+                shape is not None
+                and vectorizable(axis, body_term)
+                and streamed_store(buffer, shape, self.item_bytes, target, axis, self.lanes)
+            ):
+                allocating = allocating - {buffer}
+        return _Touched(accesses, self.bytes_per_buffer(accesses), runs, allocating)
+
+    def access(self, buffer: str, index: Term) -> int:
+        """The number of the access to `buffer` through index list `index`."""
+        number = self._access_numbers.get((buffer, index))
+        if number is None:
+            number = self._access_numbers[buffer, index] = len(self._accesses)
+            self._accesses.append((buffer, index, _row_length(index)))
+        return number
+
+    def loop_set(self, inner: int, axis: Term, along: _Along) -> int:
+        """The number of loop set `inner` with `axis` added (`along`: the axis' `_Along`)."""
+        grown = along.grown.get(inner)
+        if grown is None:
+            axes = self._loop_sets[inner] | {axis}
+            grown = self._loop_set_numbers.get(axes)
+            if grown is None:
+                grown = self._loop_set_numbers[axes] = len(self._loop_sets)
+                self._loop_sets.append(axes)
+                self._lines.append({})
+            along.grown[inner] = grown
+        return grown
+
+    def movement(self, access: int, axis: Term, along: _Along) -> tuple[int, bool]:
+        """How a loop over `axis` moves `access`: the elements its trips step along the last
+        dimension when it moves nothing else (`_run_step`, else 0), and whether it moves the
+        access at all (`along`: the axis' `_Along`)."""
+        known = along.movements.get(access)
+        if known is None:
+            index = self._accesses[access][1]
+            known = along.movements[access] = (_run_step(index, axis), depends_on(index, axis))
+        return known
 
     def bytes_per_buffer(self, accesses: Accesses) -> dict[str, float]:
         """Bytes of distinct cache lines each buffer's accesses touch; accesses to one buffer
         overlap (max)."""
         sizes: dict[str, float] = {}
-        for inner, pairs in accesses.items():
-            for buffer, index in pairs:
-                sizes[buffer] = max(sizes.get(buffer, 0.0), self.access_bytes(index, inner))
+        for inner, numbers in accesses.items():
+            lines = self._lines[inner]
+            for access in numbers:
+                size = lines.get(access)
+                buffer, index, _ = self._accesses[access]
+                if size is None:
+                    size = lines[access] = self._lines_bytes(index, self._loop_sets[inner])
+                sizes[buffer] = max(sizes.get(buffer, 0.0), size)
         return sizes
 
-    def access_bytes(self, index: Term, inner: frozenset[Term]) -> float:
+    def _lines_bytes(self, index: Term, inner: frozenset[Term]) -> float:
         """Bytes of the lines an access touches over the loops `inner`: the last dimension's
         contiguous run is packed into lines, other dimensions multiply."""
-        key = (index, inner)
-        known = self._access_bytes.get(key)
-        if known is None:
-            known = self._access_bytes[key] = self._lines_bytes(index, inner)
-        return known
-
-    def _lines_bytes(self, index: Term, inner: frozenset[Term]) -> float:
         items = without_unit_tail(index_items(index))
         if not items:
             return float(self.machine.line_bytes)
@@ -555,12 +548,28 @@ def _largest(first: Mapping[str, float], second: Mapping[str, float]) -> dict[st
     return sizes
 
 
-def _merged(groups: Iterable[tuple[frozenset[Term], frozenset[tuple[str, Term]]]]) -> Accesses:
-    """`groups` as Accesses: the pairs of equal loop sets united."""
-    merged: dict[frozenset[Term], frozenset[tuple[str, Term]]] = {}
-    for inner, pairs in groups:
-        merged[inner] = merged[inner] | pairs if inner in merged else pairs
+def _merged(groups: Iterable[tuple[int, frozenset[int]]]) -> Accesses:
+    """`groups` as Accesses: the accesses of equal loop sets united."""
+    merged: dict[int, frozenset[int]] = {}
+    for inner, numbers in groups:
+        merged[inner] = merged[inner] | numbers if inner in merged else numbers
     return merged
+
+
+def _in_sequence(first: _Touched, second: _Touched) -> _Touched:
+    """What `Stmt.seq(first, second)` touches: both; an access streamed by both is a run of
+    the shorter length, read twice."""
+    runs = dict(first.runs)
+    for access, (run, single) in second.runs.items():
+        if access in runs:
+            run, single = min(run, runs[access][0]), False
+        runs[access] = (run, single)
+    return _Touched(
+        _merged([*first.accesses.items(), *second.accesses.items()]),
+        _largest(first.buffer_bytes, second.buffer_bytes),
+        runs,
+        first.allocating | second.allocating,
+    )
 
 
 def _distinct(
