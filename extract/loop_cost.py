@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from eqsat.core.loops import (
     RegisterTile,
@@ -110,13 +110,13 @@ class Estimate:
 
 
 class _Touched(NamedTuple):
-    """What a statement touches, as its parent statement builds on it (shared between
-    statements: never changed)."""
+    """What a statement touches, as its parent statement builds on it. Statements that touch
+    the same accesses in the same way (the loops of a nest in another order, or of another
+    kind, often do) share one `_Touched` (`LoopCost.touched`), so its facts are worked out once
+    per way, not once per statement. Never changed."""
 
+    number: int  # in the order first met (a key of memo tables)
     accesses: Accesses
-    # the bytes of the lines each buffer occupies (the footprint is their sum: accesses to one
-    # buffer overlap)
-    buffer_bytes: Mapping[str, float]
     # For each access that the statement streams (every loop of two or more trips moves it): how
     # many consecutive elements of its last dimension it reads in a row, in execution order, and
     # whether one execution of the statement reads just one such run (else a loop moved to
@@ -125,6 +125,11 @@ class _Touched(NamedTuple):
     # The `eqsat.core.loops.large_output` buffers it stores into through the caches (not in
     # `eqsat.core.loops.streamed_store` vector loops).
     allocating: frozenset[str]
+    # the bytes of the lines each buffer occupies (accesses to one buffer overlap), their sum,
+    # and `LoopCost.dram_extra`
+    buffer_bytes: Mapping[str, float]
+    footprint: float
+    dram_extra: float
 
 
 class _Statement(NamedTuple):
@@ -136,10 +141,12 @@ class _Statement(NamedTuple):
 
 class _Along(NamedTuple):
     """What is known of loops over one axis: the loop set (number) each loop set grows into
-    with the axis, and each access's `LoopCost.movement` along the axis."""
+    with the axis, each access's `LoopCost.movement` along the axis, and what a loop touches
+    by what its body touches (`_Touched.number`; the loop's kind aside)."""
 
     grown: dict[int, int]
     movements: dict[int, tuple[int, bool]]
+    loops: dict[int, _Touched]
 
 
 class LoopCost:
@@ -147,8 +154,9 @@ class LoopCost:
 
     Estimates are memoized per statement term for the life of the object (one extraction), and
     so are the footprints they are built from, so pricing a statement whose children were priced
-    before costs only its own level. Accesses and sets of loop axes are numbered as they are met,
-    so that the work per access of each statement is done on ints (hashing a Term runs Python)."""
+    before costs only its own level; what a statement touches is worked out once per way of
+    touching (`_Touched`). Accesses and sets of loop axes are numbered as they are met, so that
+    the work per access is done on ints (hashing a Term runs Python)."""
 
     def __init__(self, machine: Machine, dtype: str) -> None:
         self.machine = machine
@@ -162,6 +170,8 @@ class LoopCost:
         self._loop_sets: list[frozenset[Term]] = [frozenset()]
         self._lines: list[dict[int, float]] = [{}]
         self._along: dict[Term, _Along] = {}
+        self._touched: dict[Any, _Touched] = {}  # by content (`touched`)
+        self._sequences: dict[tuple[int, int], _Touched] = {}  # by the two `_Touched.number`s
         self._leaf_pieces: dict[frozenset[Term], tuple[tuple[frozenset[Term], int], ...]] = {}
         capacities = (machine.l1_bytes, machine.l2_bytes, machine.l3_bytes)
         self._usable = tuple(capacity * CACHE_USE for capacity in capacities)
@@ -197,7 +207,7 @@ class LoopCost:
                 return self.leaf(statement)
             case "Stmt.seq":
                 first, second = self._statement(a[0]), self._statement(a[1])  # type: ignore[arg-type]
-                touched = _in_sequence(first.touched, second.touched)
+                touched = self.in_sequence(first.touched, second.touched)
                 return self.combine(touched, (first.estimate, second.estimate), 1)
             case "Stmt.alloc":
                 body = self._statement(a[2])  # type: ignore[arg-type]
@@ -235,8 +245,8 @@ class LoopCost:
             + _latency(value)
         )
         touched = self.leaf_touched(statement, loads)
-        footprint = sum(touched.buffer_bytes.values())
-        traffic = (footprint, footprint, footprint + self.dram_extra(touched))
+        footprint = touched.footprint
+        traffic = (footprint, footprint, footprint + touched.dram_extra)
         estimate = Estimate(compute, traffic, 0.0, footprint, 0.0, self._bytes_per_cycle)
         return _Statement(estimate, touched)
 
@@ -334,15 +344,17 @@ class LoopCost:
     ) -> _Statement:
         """A statement that touches `touched`, running `children` `trips` times (the reuse
         model of the module doc), plus its own `first_touch` cycles."""
-        footprint = sum(touched.buffer_bytes.values())
+        footprint = touched.footprint
         largest = max([child.footprint for child in children])
-        levels = zip(*[child.traffic for child in children], strict=True)
-        once = (footprint, footprint, footprint + self.dram_extra(touched))
-        traffic = tuple(
-            [
-                fetched_once if largest <= usable else trips * sum(fetched)
-                for fetched_once, usable, fetched in zip(once, self._usable, levels, strict=True)
-            ]
+        usable_l1, usable_l2, usable_l3 = self._usable
+        if largest <= usable_l3:  # else: no level fits, nothing is fetched once
+            fetched = (footprint, footprint, footprint + touched.dram_extra)
+        if largest > usable_l1:  # else: every level fits, nothing is fetched again
+            again = [trips * sum(level) for level in zip(*[c.traffic for c in children])]
+        traffic = (
+            fetched[0] if largest <= usable_l1 else again[0],
+            fetched[1] if largest <= usable_l2 else again[1],
+            fetched[2] if largest <= usable_l3 else again[2],
         )
         if compute is None:
             compute = trips * sum([child.compute for child in children])
@@ -350,7 +362,7 @@ class LoopCost:
         first_touch += sum([child.first_touch for child in children])
         estimate = Estimate(
             compute,
-            traffic,  # type: ignore[arg-type]
+            traffic,
             overhead,
             footprint,
             first_touch,
@@ -360,34 +372,58 @@ class LoopCost:
 
     # ------------------------------------------------------------ DRAM streams
 
-    def dram_extra(self, touched: _Touched) -> float:
-        """DRAM bytes beyond the footprint when a statement that touches `touched` fetches it
-        once: stream restarts, and the lines of large outputs stored without bypassing the
-        caches, which are read before they are written (`_Touched.allocating`)."""
-        sizes = touched.buffer_bytes
-        allocated = sum(sizes[buffer] for buffer in touched.allocating)
-        return self.restart_bytes(touched) + allocated
+    def dram_extra(
+        self,
+        runs: Mapping[int, tuple[int, bool]],
+        allocating: frozenset[str],
+        sizes: Mapping[str, float],
+    ) -> float:
+        """DRAM bytes beyond the footprint when a statement fetches it once: stream restarts
+        (`restart_bytes`), and the lines of large outputs stored without bypassing the caches
+        (`allocating`), which are read before they are written."""
+        return self.restart_bytes(runs, sizes) + math.fsum(sizes[buffer] for buffer in allocating)
 
     def allocating_stores(self, statement: Term) -> frozenset[str]:
         """The buffers `statement` stores into through the caches (`_Touched.allocating`)."""
         return self._statement(statement).touched.allocating
 
-    def restart_bytes(self, touched: _Touched) -> float:
-        """STREAM_RESTART_BYTES for every run shorter than a row in which a statement that
-        touches `touched` reads a buffer once (its bytes, the shortest run of the buffer's
-        accesses)."""
+    def restart_bytes(
+        self, runs: Mapping[int, tuple[int, bool]], sizes: Mapping[str, float]
+    ) -> float:
+        """STREAM_RESTART_BYTES for every run shorter than a row (`runs`: `_Touched.runs`) in
+        which a statement reads a buffer once (its `sizes` bytes, the shortest run of the
+        buffer's accesses)."""
         shortest: dict[str, int] = {}
-        accesses = self._accesses
-        for access, (run, _) in touched.runs.items():
-            buffer, _, row_length = accesses[access]
+        for access, (run, _) in runs.items():
+            buffer, _, row_length = self._accesses[access]
             if run < row_length:
                 shortest[buffer] = min(run, shortest.get(buffer, run))
-        line, item, sizes = self.machine.line_bytes, self.item_bytes, touched.buffer_bytes
+        line, item = self.machine.line_bytes, self.item_bytes
         return STREAM_RESTART_BYTES * sum(
             sizes[buffer] / max(run * item, line) for buffer, run in shortest.items()
         )
 
     # ------------------------------------------------------------ footprints
+
+    def touched(
+        self, accesses: Accesses, runs: Mapping[int, tuple[int, bool]], allocating: frozenset[str]
+    ) -> _Touched:
+        """The one `_Touched` of these facts (the order of `accesses` does not matter; sums over
+        buffers are `math.fsum`, exact whatever their order)."""
+        key = (frozenset(accesses.items()), tuple(runs.items()), allocating)
+        known = self._touched.get(key)
+        if known is None:
+            sizes = self.bytes_per_buffer(accesses)
+            known = self._touched[key] = _Touched(
+                len(self._touched),
+                accesses,
+                runs,
+                allocating,
+                sizes,
+                math.fsum(sizes.values()),
+                self.dram_extra(runs, allocating, sizes),
+            )
+        return known
 
     def leaf_touched(self, statement: Term, loads: Sequence[Term]) -> _Touched:
         """What a store or accumulate touches: its target, then its `loads`."""
@@ -395,14 +431,28 @@ class LoopCost:
         assert isinstance(target, Term)
         numbers = [self.access(buffer, target)]
         numbers += [self.access(str(load.args[0]), load.args[1]) for load in loads]  # type: ignore[arg-type]
-        accesses = {0: frozenset(numbers)}
         allocating: frozenset[str] = frozenset()
         if statement.op == "Stmt.store":  # an accumulate reads its element (the footprint has it)
             shape = _named_shape(target)
             if shape is not None and large_output(buffer, shape, self.item_bytes):
                 allocating = frozenset([buffer])
-        runs = dict.fromkeys(numbers, (1, True))
-        return _Touched(accesses, self.bytes_per_buffer(accesses), runs, allocating)
+        return self.touched({0: frozenset(numbers)}, dict.fromkeys(numbers, (1, True)), allocating)
+
+    def in_sequence(self, first: _Touched, second: _Touched) -> _Touched:
+        """What `Stmt.seq` of statements that touch `first` and `second` touches: both; an
+        access streamed by both is a run of the shorter length, read twice."""
+        key = (first.number, second.number)
+        known = self._sequences.get(key)
+        if known is None:
+            runs = dict(first.runs)
+            for access, (run, single) in second.runs.items():
+                if access in runs:
+                    run, single = min(run, runs[access][0]), False
+                runs[access] = (run, single)
+            accesses = _merged([*first.accesses.items(), *second.accesses.items()])
+            allocating = first.allocating | second.allocating
+            known = self._sequences[key] = self.touched(accesses, runs, allocating)
+        return known
 
     def loop_touched(self, loop: Term, body: _Touched) -> _Touched:
         """What `loop` touches, from what its body touches: each access's loop set grows by
@@ -411,22 +461,28 @@ class LoopCost:
         assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body_term, Term)
         along = self._along.get(axis)
         if along is None:
-            along = self._along[axis] = _Along({}, {})
-        accesses = _merged(
-            [(self.loop_set(inner, axis, along), group) for inner, group in body.accesses.items()]
-        )
-        trips = axis_extent(axis)
-        runs = {}
-        for access, (run, single) in body.runs.items():
-            step, moves = self.movement(access, axis, along)
-            if single and step == run:
-                run *= trips
-            elif moves:
-                single = False
-            elif trips > 1:
-                continue  # re-read: from cache, after the first pass (not a stream)
-            runs[access] = (run, single)
-        allocating = body.allocating
+            along = self._along[axis] = _Along({}, {}, {})
+        touched = along.loops.get(body.number)
+        if touched is None:
+            accesses = _merged(
+                [
+                    (self.loop_set(inner, axis, along), group)
+                    for inner, group in body.accesses.items()
+                ]
+            )
+            trips = axis_extent(axis)
+            runs = {}
+            for access, (run, single) in body.runs.items():
+                step, moves = self.movement(access, axis, along)
+                if single and step == run:
+                    run *= trips
+                elif moves:
+                    single = False
+                elif trips > 1:
+                    continue  # re-read: from cache, after the first pass (not a stream)
+                runs[access] = (run, single)
+            touched = along.loops[body.number] = self.touched(accesses, runs, body.allocating)
+        allocating = touched.allocating
         if allocating and kind.op == "LoopKind.vector" and body_term.op == "Stmt.store":
             buffer, target = str(body_term.args[0]), body_term.args[1]
             assert isinstance(target, Term)
@@ -436,8 +492,8 @@ class LoopCost:
                 and vectorizable(axis, body_term)
                 and streamed_store(buffer, shape, self.item_bytes, target, axis, self.lanes)
             ):
-                allocating = allocating - {buffer}
-        return _Touched(accesses, self.bytes_per_buffer(accesses), runs, allocating)
+                return self.touched(touched.accesses, touched.runs, allocating - {buffer})
+        return touched
 
     def access(self, buffer: str, index: Term) -> int:
         """The number of the access to `buffer` through index list `index`."""
@@ -537,39 +593,12 @@ def fetch_rates(machine: Machine) -> tuple[tuple[float, float, float], float]:
     return (max(l2, l3, dram), max(l3, dram), dram), scaling
 
 
-def _largest(first: Mapping[str, float], second: Mapping[str, float]) -> dict[str, float]:
-    """The larger size per buffer of two statements' `bytes_per_buffer`."""
-    if len(first) < len(second):
-        first, second = second, first
-    sizes = dict(first)
-    for buffer, size in second.items():
-        if size > sizes.get(buffer, 0.0):
-            sizes[buffer] = size
-    return sizes
-
-
 def _merged(groups: Iterable[tuple[int, frozenset[int]]]) -> Accesses:
     """`groups` as Accesses: the accesses of equal loop sets united."""
     merged: dict[int, frozenset[int]] = {}
     for inner, numbers in groups:
         merged[inner] = merged[inner] | numbers if inner in merged else numbers
     return merged
-
-
-def _in_sequence(first: _Touched, second: _Touched) -> _Touched:
-    """What `Stmt.seq(first, second)` touches: both; an access streamed by both is a run of
-    the shorter length, read twice."""
-    runs = dict(first.runs)
-    for access, (run, single) in second.runs.items():
-        if access in runs:
-            run, single = min(run, runs[access][0]), False
-        runs[access] = (run, single)
-    return _Touched(
-        _merged([*first.accesses.items(), *second.accesses.items()]),
-        _largest(first.buffer_bytes, second.buffer_bytes),
-        runs,
-        first.allocating | second.allocating,
-    )
 
 
 def _distinct(
