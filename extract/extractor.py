@@ -210,6 +210,9 @@ class _Worklist:
         # Per node: `serial` when its e-class last priced it (-1: never). A combination of its
         # children's candidates all made before then was priced then.
         self.priced_at = [-1] * len(index.nodes)
+        # Per node: how many of its (distinct) child e-classes have no candidates yet; it has
+        # nothing to price until none is left.
+        self.waiting = [len(set(kids)) for kids in index.children]
 
     def settle(self, deadline: float | None) -> bool:
         """Visit e-classes until no candidate changes (True) or `deadline` passes (False).
@@ -217,7 +220,7 @@ class _Worklist:
         The first visit of an e-class prices all its nodes, a later one only the nodes marked
         when the candidates of one of their children changed (no other node has anything new
         to price)."""
-        best, n, price_new = self.best, self.n, self.price_new
+        best, n, price_new, waiting = self.best, self.n, self.price_new, self.waiting
         class_nodes = self.index.class_nodes
         parent_classes, parent_nodes = self.index.parent_classes, self.index.parent_nodes
         pending = deque(range(len(class_nodes)))
@@ -232,10 +235,12 @@ class _Worklist:
             start = self.serial
             made: list[_Candidate] = []
             for v in class_nodes[eclass] if old is None else sorted(marked.pop(eclass, ())):
-                made += price_new(v, start)
+                if not waiting[v]:
+                    made += price_new(v, start)
             if old is not None and not made:
                 continue
-            ranked = sorted(made if old is None else old + made)[:n]
+            pool = made if old is None else old + made
+            ranked = [min(pool)] if n == 1 and pool else sorted(pool)[:n]
             if ranked == old:
                 continue
             best[eclass] = ranked  # the first visit sets it, even to no candidates
@@ -243,9 +248,13 @@ class _Worklist:
                 if not queued[parent]:
                     queued[parent] = True
                     pending.append(parent)
-            # A child with no candidates gives its parents nothing to price yet.
-            for owner, v in parent_nodes[eclass] if ranked else ():
-                if best[owner] is not None:  # else its first visit prices every node
+            if not ranked:
+                continue  # its parents have nothing to price yet
+            for owner, v in parent_nodes[eclass]:
+                if not old:
+                    waiting[v] -= 1
+                # (an e-class's first visit prices every node)
+                if not waiting[v] and best[owner] is not None:
                     if owner in marked:
                         marked[owner].add(v)
                     else:
@@ -254,20 +263,16 @@ class _Worklist:
 
     def price_new(self, v: int, start: int) -> Sequence[_Candidate]:
         """Node `v` priced with each combination of its children's candidates that it has not
-        priced before (none while a child was never visited). `start`: `serial` when this
-        visit of its e-class began, before which every candidate of its children was made."""
+        priced before. It requires: every child e-class of `v` was visited. `start`: `serial`
+        when this visit of its e-class began, before which every candidate of its children was
+        made."""
         since = self.priced_at[v]
+        self.priced_at[v] = start
         node = self.nodes[v]
         if node.op == "literal":
-            if since >= 0:
-                return ()
-            self.priced_at[v] = start
-            return (self.candidate(node, 0.0, node.literal),)
-        options = list(map(self.best.__getitem__, self.children[v]))
-        if None in options:
-            return ()
-        self.priced_at[v] = start
-        combinations = itertools.product(*options)  # type: ignore[arg-type]
+            return () if since >= 0 else (self.candidate(node, 0.0, node.literal),)
+        best = self.best
+        combinations = itertools.product(*[best[k] for k in self.children[v]])  # type: ignore[misc]
         if since < 0:
             return [self.price(node, choice) for choice in combinations]
         return [
@@ -279,14 +284,10 @@ class _Worklist:
     def price(self, node: _Node, choice: Sequence[_Candidate]) -> _Candidate:
         """`node` with the children's candidates `choice`."""
         terms = tuple([c.term for c in choice])
-        costs = [c.cost for c in choice]
         if node.op == "Vec":
-            cost = sum(costs)
-            term: Arg = terms
-        else:
-            cost = self.node_cost(node.op, terms, costs)
-            term = Term(node.op, terms)
-        return self.candidate(node, cost, term)
+            return self.candidate(node, sum([c.cost for c in choice]), terms)
+        cost = self.node_cost(node.op, terms, [c.cost for c in choice])
+        return self.candidate(node, cost, Term(node.op, terms))
 
     def candidate(self, node: _Node, cost: float, term: Arg) -> _Candidate:
         self.serial += 1

@@ -350,7 +350,8 @@ class LoopCost:
         if largest <= usable_l3:  # else: no level fits, nothing is fetched once
             fetched = (footprint, footprint, footprint + touched.dram_extra)
         if largest > usable_l1:  # else: every level fits, nothing is fetched again
-            again = [trips * sum(level) for level in zip(*[c.traffic for c in children])]
+            levels = zip(*[child.traffic for child in children], strict=True)
+            again = [trips * sum(level) for level in levels]
         traffic = (
             fetched[0] if largest <= usable_l1 else again[0],
             fetched[1] if largest <= usable_l2 else again[1],
