@@ -272,7 +272,7 @@ class _Worklist:
         if node.op == "literal":
             return () if since >= 0 else (self.candidate(node, 0.0, node.literal),)
         best = self.best
-        combinations = itertools.product(*[best[k] for k in self.children[v]])  # type: ignore[misc]
+        combinations = itertools.product(*[best[k] for k in self.children[v]])  # type: ignore[arg-type]
         if since < 0:
             return [self.price(node, choice) for choice in combinations]
         return [
