@@ -183,17 +183,21 @@ class _Index:
             start = self.class_nodes[-1].stop if self.class_nodes else 0
             self.class_nodes.append(range(start, start + len(classes[cid])))
         self.children = [tuple(map(self.position.__getitem__, n.children)) for n in self.nodes]
-        # (e-class, node) of the nodes with e-class i among their children
+        # (e-class, node) of the nodes with e-class i among their children, in node order, and
+        # how many distinct child e-classes each node has
         self.parent_nodes: list[list[tuple[int, int]]] = [[] for _ in ids]
+        self.child_classes: list[int] = []
         for v, kids in enumerate(self.children):
-            for child in dict.fromkeys(kids):
+            distinct = dict.fromkeys(kids)
+            self.child_classes.append(len(distinct))
+            for child in distinct:
                 self.parent_nodes[child].append((self.node_class[v], v))
         # The e-classes to revisit when a child changes, in e-class id order (as the worklist
         # has always queued them: the order decides which of two equal candidates is met first).
-        self.parent_classes = [
-            [users[0][0]] if len(users) == 1 else sorted({c for c, _ in users}, key=ids.__getitem__)
-            for users in self.parent_nodes
-        ]
+        self.parent_classes: list[list[int]] = [[] for _ in ids]
+        for owner in sorted(range(len(ids)), key=ids.__getitem__):
+            for child in {k for v in self.class_nodes[owner] for k in self.children[v]}:
+                self.parent_classes[child].append(owner)
 
 
 class _Worklist:
@@ -212,7 +216,7 @@ class _Worklist:
         self.priced_at = [-1] * len(index.nodes)
         # Per node: how many of its (distinct) child e-classes have no candidates yet; it has
         # nothing to price until none is left.
-        self.waiting = [len(set(kids)) for kids in index.children]
+        self.waiting = list(index.child_classes)
 
     def settle(self, deadline: float | None) -> bool:
         """Visit e-classes until no candidate changes (True) or `deadline` passes (False).

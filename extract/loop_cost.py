@@ -133,17 +133,25 @@ class _Touched(NamedTuple):
 
 
 class _Statement(NamedTuple):
-    """What a parent statement needs of an estimated child."""
+    """An estimated statement: its estimate and its cycles, and what it touches."""
 
     estimate: Estimate
+    cycles: float
     touched: _Touched
+
+    @classmethod
+    def of(cls, estimate: Estimate, touched: _Touched) -> _Statement:
+        return cls(estimate, estimate.cycles, touched)
 
 
 class _Along(NamedTuple):
-    """What is known of loops over one axis: the loop set (number) each loop set grows into
-    with the axis, each access's `LoopCost.movement` along the axis, and what a loop touches
-    by what its body touches (`_Touched.number`; the loop's kind aside)."""
+    """What is known of loops over one axis: their most and mean trips, the loop set (number)
+    each loop set grows into with the axis, each access's `LoopCost.movement` along the axis,
+    and what a loop touches by what its body touches (`_Touched.number`; the loop's kind
+    aside)."""
 
+    extent: int
+    mean_trips: float
     grown: dict[int, int]
     movements: dict[int, tuple[int, bool]]
     loops: dict[int, _Touched]
@@ -181,7 +189,7 @@ class LoopCost:
     def __call__(self, op: str, children: Sequence[Arg], child_costs: Sequence[float]) -> float:
         if not op.startswith("Stmt."):
             return sum(child_costs)  # axes, indices, scalars: priced inside their statement
-        return self.estimate(Term(op, tuple(children))).cycles
+        return self._statement(Term(op, tuple(children))).cycles
 
     @property
     def item_bytes(self) -> int:
@@ -248,14 +256,15 @@ class LoopCost:
         footprint = touched.footprint
         traffic = (footprint, footprint, footprint + touched.dram_extra)
         estimate = Estimate(compute, traffic, 0.0, footprint, 0.0, self._bytes_per_cycle)
-        return _Statement(estimate, touched)
+        return _Statement.of(estimate, touched)
 
     def loop(self, statement: Term) -> _Statement:
         axis, kind, body_term = statement.args
         assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body_term, Term)
         body = self._statement(body_term)
-        touched = self.loop_touched(statement, body.touched)
-        trips = mean_trips(axis)
+        along = self.along(axis)
+        touched = self.loop_touched(statement, body.touched, along)
+        trips = along.mean_trips
         if kind.op == "LoopKind.serial":
             tile = register_tile(axis, body_term, self.machine.isa, self.lanes)
             if tile is not None:
@@ -282,7 +291,7 @@ class LoopCost:
             estimate.first_touch,
             self._bytes_per_cycle,
         )
-        return _Statement(parallel, touched)
+        return _Statement.of(parallel, touched)
 
     def register_tile(
         self, statement: Term, tile: RegisterTile, body: Estimate, touched: _Touched
@@ -369,7 +378,7 @@ class LoopCost:
             first_touch,
             self._bytes_per_cycle,
         )
-        return _Statement(estimate, touched)
+        return _Statement.of(estimate, touched)
 
     # ------------------------------------------------------------ DRAM streams
 
@@ -455,14 +464,19 @@ class LoopCost:
             known = self._sequences[key] = self.touched(accesses, runs, allocating)
         return known
 
-    def loop_touched(self, loop: Term, body: _Touched) -> _Touched:
-        """What `loop` touches, from what its body touches: each access's loop set grows by
-        the axis, and a stream run grows when the loop steps one run further along it."""
+    def along(self, axis: Term) -> _Along:
+        """What is known of loops over `axis` (`_Along`)."""
+        known = self._along.get(axis)
+        if known is None:
+            known = self._along[axis] = _Along(axis_extent(axis), mean_trips(axis), {}, {}, {})
+        return known
+
+    def loop_touched(self, loop: Term, body: _Touched, along: _Along) -> _Touched:
+        """What `loop` touches, from what its body touches (`along`: its axis' `_Along`): each
+        access's loop set grows by the axis, and a stream run grows when the loop steps one
+        run further along it."""
         axis, kind, body_term = loop.args
         assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body_term, Term)
-        along = self._along.get(axis)
-        if along is None:
-            along = self._along[axis] = _Along({}, {}, {})
         touched = along.loops.get(body.number)
         if touched is None:
             accesses = _merged(
@@ -471,7 +485,7 @@ class LoopCost:
                     for inner, group in body.accesses.items()
                 ]
             )
-            trips = axis_extent(axis)
+            trips = along.extent
             runs = {}
             for access, (run, single) in body.runs.items():
                 step, moves = self.movement(access, axis, along)
