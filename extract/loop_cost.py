@@ -144,14 +144,24 @@ class _Statement(NamedTuple):
         return cls(estimate, estimate.cycles, touched)
 
 
+class _Access(NamedTuple):
+    """A (buffer, index list) pair, its `_row_length`, and the axes its index names."""
+
+    buffer: str
+    index_list: Term
+    row_length: int
+    axes: frozenset[Term]
+
+
 class _Along(NamedTuple):
-    """What is known of loops over one axis: their most and mean trips, the loop set (number)
-    each loop set grows into with the axis, each access's `LoopCost.movement` along the axis,
-    and what a loop touches by what its body touches (`_Touched.number`; the loop's kind
-    aside)."""
+    """What is known of loops over one axis: their most and mean trips, the axes it was split
+    from (`pieces_of`), the loop set (number) each loop set grows into with the axis, each
+    access's `LoopCost.movement` along the axis, and what a loop touches by what its body
+    touches (`_Touched.number`; the loop's kind aside)."""
 
     extent: int
     mean_trips: float
+    pieces: frozenset[Term]
     grown: dict[int, int]
     movements: dict[int, tuple[int, bool]]
     loops: dict[int, _Touched]
@@ -170,13 +180,13 @@ class LoopCost:
         self.machine = machine
         self.dtype = dtype
         self._statements: dict[Term, _Statement] = {}
-        # accesses by number: the (buffer, index list) pair and its `_row_length`
         self._access_numbers: dict[tuple[str, Term], int] = {}
-        self._accesses: list[tuple[str, Term, int]] = []
+        self._accesses: list[_Access] = []  # by number
         # sets of loop axes by number (0: none), and the lines' bytes of each access over each
         self._loop_set_numbers: dict[frozenset[Term], int] = {frozenset(): 0}
         self._loop_sets: list[frozenset[Term]] = [frozenset()]
         self._lines: list[dict[int, float]] = [{}]
+        self._lines_over: dict[tuple[Term, frozenset[Term]], float] = {}  # `lines_bytes`
         self._along: dict[Term, _Along] = {}
         self._touched: dict[Any, _Touched] = {}  # by content (`touched`)
         self._sequences: dict[tuple[int, int], _Touched] = {}  # by the two `_Touched.number`s
@@ -405,7 +415,7 @@ class LoopCost:
         buffer's accesses)."""
         shortest: dict[str, int] = {}
         for access, (run, _) in runs.items():
-            buffer, _, row_length = self._accesses[access]
+            buffer, _, row_length, _ = self._accesses[access]
             if run < row_length:
                 shortest[buffer] = min(run, shortest.get(buffer, run))
         line, item = self.machine.line_bytes, self.item_bytes
@@ -468,7 +478,10 @@ class LoopCost:
         """What is known of loops over `axis` (`_Along`)."""
         known = self._along.get(axis)
         if known is None:
-            known = self._along[axis] = _Along(axis_extent(axis), mean_trips(axis), {}, {}, {})
+            pieces = frozenset(pieces_of(axis))
+            known = self._along[axis] = _Along(
+                axis_extent(axis), mean_trips(axis), pieces, {}, {}, {}
+            )
         return known
 
     def loop_touched(self, loop: Term, body: _Touched, along: _Along) -> _Touched:
@@ -515,7 +528,8 @@ class LoopCost:
         number = self._access_numbers.get((buffer, index))
         if number is None:
             number = self._access_numbers[buffer, index] = len(self._accesses)
-            self._accesses.append((buffer, index, _row_length(index)))
+            axes = frozenset(_named_axes(index))
+            self._accesses.append(_Access(buffer, index, _row_length(index), axes))
         return number
 
     def loop_set(self, inner: int, axis: Term, along: _Along) -> int:
@@ -537,7 +551,7 @@ class LoopCost:
         access at all (`along`: the axis' `_Along`)."""
         known = along.movements.get(access)
         if known is None:
-            index = self._accesses[access][1]
+            index = self._accesses[access].index_list
             known = along.movements[access] = (_run_step(index, axis), depends_on(index, axis))
         return known
 
@@ -549,11 +563,22 @@ class LoopCost:
             lines = self._lines[inner]
             for access in numbers:
                 size = lines.get(access)
-                buffer, index, _ = self._accesses[access]
                 if size is None:
-                    size = lines[access] = self._lines_bytes(index, self._loop_sets[inner])
+                    size = lines[access] = self.lines_bytes(access, self._loop_sets[inner])
+                buffer = self._accesses[access].buffer
                 sizes[buffer] = max(sizes.get(buffer, 0.0), size)
         return sizes
+
+    def lines_bytes(self, access: int, inner: frozenset[Term]) -> float:
+        """`_lines_bytes` of `access` over the loops `inner`, memoized by the loops that bear
+        on it: those over an axis its index names or a piece split from one (a loop over
+        another axis neither moves it nor splits a loop that does)."""
+        _, index, _, axes = self._accesses[access]
+        bearing = frozenset([a for a in inner if not self._along[a].pieces.isdisjoint(axes)])
+        known = self._lines_over.get((index, bearing))
+        if known is None:
+            known = self._lines_over[index, bearing] = self._lines_bytes(index, bearing)
+        return known
 
     def _lines_bytes(self, index: Term, inner: frozenset[Term]) -> float:
         """Bytes of the lines an access touches over the loops `inner`: the last dimension's
@@ -628,6 +653,13 @@ def _distinct(
             return axis_extent(axis)
         return math.prod(extent for pieces, extent in leaves if axis in pieces)
     return math.prod(_distinct(a, inner, leaves) for a in index.args if isinstance(a, Term))
+
+
+def _named_axes(index: Term) -> list[Term]:
+    """The axes of the `Index.axis` terms inside `index`."""
+    if index.op == "Index.axis":
+        return [index.args[0]]  # type: ignore[list-item]
+    return [axis for a in index.args if isinstance(a, Term) for axis in _named_axes(a)]
 
 
 def _contiguous_run(index: Term, inner: frozenset[Term]) -> int:
