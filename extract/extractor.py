@@ -52,7 +52,19 @@ class _Candidate(NamedTuple):
     cost: float
     key: str  # the e-node's id
     serial: int
-    term: Arg
+    term: Arg | _Unbuilt
+
+    def built(self) -> _Candidate:
+        """This candidate with its term built (most candidates are priced and dropped: their
+        terms are built only when they are kept)."""
+        if isinstance(self.term, _Unbuilt):
+            return self._replace(term=Term(*self.term))
+        return self
+
+
+class _Unbuilt(NamedTuple):
+    op: str
+    args: tuple[Arg, ...]
 
 
 @dataclass(frozen=True)
@@ -247,7 +259,8 @@ class _Worklist:
             ranked = [min(pool)] if n == 1 and pool else sorted(pool)[:n]
             if ranked == old:
                 continue
-            best[eclass] = ranked  # the first visit sets it, even to no candidates
+            # The first visit sets it, even to no candidates.
+            best[eclass] = ranked = [candidate.built() for candidate in ranked]
             for parent in parent_classes[eclass]:
                 if not queued[parent]:
                     queued[parent] = True
@@ -291,7 +304,7 @@ class _Worklist:
         if node.op == "Vec":
             return self.candidate(node, sum([c.cost for c in choice]), terms)
         cost = self.node_cost(node.op, terms, [c.cost for c in choice])
-        return self.candidate(node, cost, Term(node.op, terms))
+        return self.candidate(node, cost, _Unbuilt(node.op, terms))
 
     def candidate(self, node: _Node, cost: float, term: Arg) -> _Candidate:
         self.serial += 1
@@ -342,7 +355,8 @@ class _Worklist:
                 if node.op == "literal":
                     made[eclass] = self.candidate(node, 0.0, node.literal)
                 else:
-                    made[eclass] = self.price(node, [term_of(k) for k in index.children[v]])
+                    choice = [term_of(k) for k in index.children[v]]
+                    made[eclass] = self.price(node, choice).built()
             return made[eclass]
 
         return term_of(root)
