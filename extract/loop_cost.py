@@ -179,6 +179,8 @@ class LoopCost:
     def __init__(self, machine: Machine, dtype: str) -> None:
         self.machine = machine
         self.dtype = dtype
+        self.item_bytes = 4 if dtype == "float32" else 8
+        self.lanes = machine.lanes(dtype)
         self._statements: dict[Term, _Statement] = {}
         self._access_numbers: dict[tuple[str, Term], int] = {}
         self._accesses: list[_Access] = []  # by number
@@ -201,14 +203,6 @@ class LoopCost:
             return sum(child_costs)  # axes, indices, scalars: priced inside their statement
         return self._statement(Term(op, tuple(children))).cycles
 
-    @property
-    def item_bytes(self) -> int:
-        return 4 if self.dtype == "float32" else 8
-
-    @property
-    def lanes(self) -> int:
-        return self.machine.lanes(self.dtype)
-
     def estimate(self, statement: Term) -> Estimate:
         return self._statement(statement).estimate
 
@@ -226,12 +220,13 @@ class LoopCost:
             case "Stmt.seq":
                 first, second = self._statement(a[0]), self._statement(a[1])  # type: ignore[arg-type]
                 touched = self.in_sequence(first.touched, second.touched)
-                return self.combine(touched, (first.estimate, second.estimate), 1)
+                estimate = self.combine(touched, (first.estimate, second.estimate), 1)
+                return _Statement.of(estimate, touched)
             case "Stmt.alloc":
                 body = self._statement(a[2])  # type: ignore[arg-type]
-                return self.combine(
-                    body.touched, [body.estimate], 1, first_touch=self.first_touch(statement)
-                )
+                first_touch = self.first_touch(statement)
+                estimate = self.combine(body.touched, [body.estimate], 1, first_touch=first_touch)
+                return _Statement.of(estimate, body.touched)
             case "Stmt.loop":
                 return self.loop(statement)
         raise ValueError(f"not a statement: {statement.op}")
@@ -273,7 +268,7 @@ class LoopCost:
         assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body_term, Term)
         body = self._statement(body_term)
         along = self.along(axis)
-        touched = self.loop_touched(statement, body.touched, along)
+        touched = self.loop_touched(axis, kind, body_term, body.touched, along)
         trips = along.mean_trips
         if kind.op == "LoopKind.serial":
             tile = register_tile(axis, body_term, self.machine.isa, self.lanes)
@@ -287,11 +282,10 @@ class LoopCost:
         compute = per_trip * trips
         if vectorized and horizontal(axis, body_term):
             compute -= trips * HORIZONTAL_STEP_SAVING - HORIZONTAL_FINISH
-        loop = self.combine(touched, [body.estimate], trips, compute)
+        estimate = self.combine(touched, [body.estimate], trips, compute)
         if kind.op != "LoopKind.parallel":
-            return loop
+            return _Statement.of(estimate, touched)
         cores = min(self.machine.cores, trips)  # a loop of one trip runs on one core
-        estimate = loop.estimate
         l1, l2, l3 = estimate.traffic
         parallel = Estimate(
             estimate.compute / cores,
@@ -333,7 +327,7 @@ class LoopCost:
         trips = mean_trips(statement.args[0])  # type: ignore[arg-type]
         spill = accumulators * (1 / LOADS_PER_CYCLE + 1 / STORES_PER_CYCLE)
         compute = trips * (step + LOOP_OVERHEAD) + spill
-        return self.combine(touched, [body], trips, compute)
+        return _Statement.of(self.combine(touched, [body], trips, compute), touched)
 
     def tile_variants(self, tile: RegisterTile) -> list[tuple[float, dict[Term, int]]]:
         """(how often it runs, accumulators along each tile axis) of each variant of a register
@@ -360,7 +354,7 @@ class LoopCost:
         trips: float,
         compute: float | None = None,
         first_touch: float = 0.0,
-    ) -> _Statement:
+    ) -> Estimate:
         """A statement that touches `touched`, running `children` `trips` times (the reuse
         model of the module doc), plus its own `first_touch` cycles."""
         footprint = touched.footprint
@@ -380,15 +374,7 @@ class LoopCost:
             compute = trips * sum([child.compute for child in children])
         overhead = trips * sum([child.overhead for child in children])
         first_touch += sum([child.first_touch for child in children])
-        estimate = Estimate(
-            compute,
-            traffic,
-            overhead,
-            footprint,
-            first_touch,
-            self._bytes_per_cycle,
-        )
-        return _Statement.of(estimate, touched)
+        return Estimate(compute, traffic, overhead, footprint, first_touch, self._bytes_per_cycle)
 
     # ------------------------------------------------------------ DRAM streams
 
@@ -484,12 +470,12 @@ class LoopCost:
             )
         return known
 
-    def loop_touched(self, loop: Term, body: _Touched, along: _Along) -> _Touched:
-        """What `loop` touches, from what its body touches (`along`: its axis' `_Along`): each
-        access's loop set grows by the axis, and a stream run grows when the loop steps one
-        run further along it."""
-        axis, kind, body_term = loop.args
-        assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body_term, Term)
+    def loop_touched(
+        self, axis: Term, kind: Term, body_term: Term, body: _Touched, along: _Along
+    ) -> _Touched:
+        """What `Stmt.loop(axis, kind, body_term)` touches, from what its body touches (`along`:
+        the axis' `_Along`): each access's loop set grows by the axis, and a stream run grows
+        when the loop steps one run further along it."""
         touched = along.loops.get(body.number)
         if touched is None:
             accesses = _merged(
