@@ -36,8 +36,7 @@ from eqsat.core.terms import CONSTRUCTORS, Arg, Term
 NodeCost = Callable[[str, Sequence[Arg], Sequence[float]], float]
 
 
-@dataclass(frozen=True)
-class _Node:
+class _Node(NamedTuple):
     key: str
     op: str
     children: tuple[str, ...]  # e-class ids
@@ -404,14 +403,19 @@ def _read(egraph: EGraph) -> tuple[dict[str, list[_Node]], dict[str, str]]:
     classes: dict[str, list[_Node]] = {}
     lets: dict[str, str] = {}
 
-    def class_id(sort: str, value: Any) -> str:
-        return f"{sort}-{tables.value_to_i64(value)}"  # an e-class's value is its number
+    class_ids: dict[str, _Made] = {}
+
+    def class_id(sort: str) -> Callable[[Any], str]:
+        """The e-class id of a value of `sort` (an e-class's value is its number)."""
+        if sort not in class_ids:
+            class_ids[sort] = _Made(lambda value: f"{sort}-{tables.value_to_i64(value)}")
+        return class_ids[sort].__getitem__
 
     def literal_class(sort: str, value: Any) -> str:
         """The e-class of a literal value, adding its node when first met."""
         if "[" not in sort:
             sort = sort.removeprefix("egglog.builtins.")  # a container's item sort
-        eclass = class_id(sort, value)
+        eclass = class_id(sort)(value)
         if eclass in classes:
             return eclass
         if sort.startswith(_CONTAINERS):
@@ -431,14 +435,14 @@ def _read(egraph: EGraph) -> tuple[dict[str, list[_Node]], dict[str, str]]:
 
     def reader(sort: str) -> Callable[[Any], str]:
         """The e-class of a value of `sort` in a row."""
-        if _is_literal(sort):
-            return lambda value: literal_class(sort, value)
-        return lambda value: class_id(sort, value)
+        if not _is_literal(sort):
+            return class_id(sort)
+        return _Made(lambda value: literal_class(sort, value)).__getitem__
 
     for name, table in tables.freeze().functions.items():
         if table.is_let_binding:  # not a node: its value is not serialized
             for row in table.rows:
-                lets[name.lstrip("$")] = class_id(table.output_sort, row.output)
+                lets[name.lstrip("$")] = class_id(table.output_sort)(row.output)
             continue
         output, inputs = reader(table.output_sort), [reader(s) for s in table.input_sorts]
         op = python_names.get(name, name)
@@ -451,12 +455,25 @@ def _read(egraph: EGraph) -> tuple[dict[str, list[_Node]], dict[str, str]]:
                 classes.setdefault(eclass, []).append(node)
         else:  # an analysis function: only the literals among its values are serialized
             sorts = [table.output_sort, *table.input_sorts]
-            literals = [i for i, sort in enumerate(sorts) if _is_literal(sort)]
+            literals = [(i, reader(sort)) for i, sort in enumerate(sorts) if _is_literal(sort)]
             for row in table.rows if literals else ():
-                values = [row.output, *row.inputs]
-                for i in literals:
-                    literal_class(sorts[i], values[i])
+                values = (row.output, *row.inputs)
+                for i, read in literals:
+                    read(values[i])
     return classes, lets
+
+
+class _Made(dict[Any, Any]):
+    """`make(key)` for each key, made when first asked for (a dict: asking again is fast; values
+    repeat across an e-graph's rows)."""
+
+    def __init__(self, make: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key: Any) -> Any:
+        value = self[key] = self.make(key)
+        return value
 
 
 def _is_literal(sort: str) -> bool:
