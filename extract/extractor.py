@@ -12,8 +12,12 @@ same e-graph always gives the same program. An e-class is revisited when a child
 change, and then only the nodes above that child are priced, each only for the combinations of
 its children's candidates it has not priced before: a candidate once pushed out of an e-class's
 best can never come back, so this chooses exactly what pricing every combination on every
-visit did (tests/test_extractor.py holds that definition). A deadline stops the refinement
-early; the result is still a term of the root e-class, marked incomplete.
+visit did (tests/test_extractor.py holds that definition). What that definition spent time on
+and did not need is skipped: e-classes the root does not reach (`_Index`; a large kernel
+e-graph has more analysis `Footprint` terms than statements), nodes while a child e-class has
+no candidate (`_Worklist.waiting`), and the terms of candidates that are dropped
+(`_Candidate.built`). A deadline stops the refinement early; the result is still a term of the
+root e-class, marked incomplete.
 """
 
 from __future__ import annotations
