@@ -26,7 +26,7 @@ import gc
 import itertools
 import random
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
@@ -61,7 +61,7 @@ class _Candidate(NamedTuple):
         """This candidate with its term built (most candidates are priced and dropped: their
         terms are built only when they are kept)."""
         if isinstance(self.term, _Unbuilt):
-            return self._replace(term=Term(*self.term))
+            return _Candidate(self.cost, self.key, self.serial, Term(*self.term))
         return self
 
 
@@ -251,9 +251,15 @@ class _Worklist:
             eclass = pending.popleft()
             queued[eclass] = False
             old = best[eclass]
+            if old is None:
+                nodes: Iterable[int] = class_nodes[eclass]
+            elif eclass in marked:
+                nodes = sorted(marked.pop(eclass))
+            else:
+                continue  # nothing new to price
             start = self.serial
             made: list[_Candidate] = []
-            for v in class_nodes[eclass] if old is None else sorted(marked.pop(eclass, ())):
+            for v in nodes:
                 if not waiting[v]:
                     made += price_new(v, start)
             if old is not None and not made:

@@ -103,8 +103,8 @@ class Estimate:
     @property
     def cycles(self) -> float:
         """The roofline with imperfect overlap, plus overheads (module doc)."""
-        memory = [t / bw for t, bw in zip(self.traffic, self.bytes_per_cycle, strict=True)]
-        terms = [self.compute, *memory]
+        (l1, l2, l3), (to_l1, to_l2, to_l3) = self.traffic, self.bytes_per_cycle
+        terms = (self.compute, l1 / to_l1, l2 / to_l2, l3 / to_l3)
         limit = max(terms)
         return limit + OVERLAP_PENALTY * (sum(terms) - limit) + self.overhead + self.first_touch
 
@@ -357,23 +357,28 @@ class LoopCost:
     ) -> Estimate:
         """A statement that touches `touched`, running `children` `trips` times (the reuse
         model of the module doc), plus its own `first_touch` cycles."""
+        # the children's largest footprint, and their sums (one pass: this runs for every
+        # statement priced)
+        largest = work = overhead = faults = in_l1 = in_l2 = in_l3 = 0.0
+        for child in children:
+            largest = max(largest, child.footprint)
+            work += child.compute
+            overhead += child.overhead
+            faults += child.first_touch
+            l1, l2, l3 = child.traffic
+            in_l1, in_l2, in_l3 = in_l1 + l1, in_l2 + l2, in_l3 + l3
+        # A level the children's footprint fits fetches the statement's footprint once, any
+        # other fetches what every run of the children fetches.
         footprint = touched.footprint
-        largest = max([child.footprint for child in children])
         usable_l1, usable_l2, usable_l3 = self._usable
-        if largest <= usable_l3:  # else: no level fits, nothing is fetched once
-            fetched = (footprint, footprint, footprint + touched.dram_extra)
-        if largest > usable_l1:  # else: every level fits, nothing is fetched again
-            levels = zip(*[child.traffic for child in children], strict=True)
-            again = [trips * sum(level) for level in levels]
         traffic = (
-            fetched[0] if largest <= usable_l1 else again[0],
-            fetched[1] if largest <= usable_l2 else again[1],
-            fetched[2] if largest <= usable_l3 else again[2],
+            footprint if largest <= usable_l1 else trips * in_l1,
+            footprint if largest <= usable_l2 else trips * in_l2,
+            footprint + touched.dram_extra if largest <= usable_l3 else trips * in_l3,
         )
         if compute is None:
-            compute = trips * sum([child.compute for child in children])
-        overhead = trips * sum([child.overhead for child in children])
-        first_touch += sum([child.first_touch for child in children])
+            compute = trips * work
+        overhead, first_touch = trips * overhead, first_touch + faults
         return Estimate(compute, traffic, overhead, footprint, first_touch, self._bytes_per_cycle)
 
     # ------------------------------------------------------------ DRAM streams
