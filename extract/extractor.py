@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
+from operator import attrgetter
 from time import monotonic
 from typing import Any, NamedTuple, overload
 
@@ -68,6 +69,9 @@ class _Candidate(NamedTuple):
 class _Unbuilt(NamedTuple):
     op: str
     args: tuple[Arg, ...]
+
+
+_cost, _serial, _term = attrgetter("cost"), attrgetter("serial"), attrgetter("term")
 
 
 @dataclass(frozen=True)
@@ -269,7 +273,7 @@ class _Worklist:
             if ranked == old:
                 continue
             # The first visit sets it, even to no candidates.
-            best[eclass] = ranked = [candidate.built() for candidate in ranked]
+            best[eclass] = ranked = list(map(_Candidate.built, ranked))
             for parent in parent_classes[eclass]:
                 if not queued[parent]:
                     queued[parent] = True
@@ -297,22 +301,21 @@ class _Worklist:
         node = self.nodes[v]
         if node.op == "literal":
             return () if since >= 0 else (self.candidate(node, 0.0, node.literal),)
-        best = self.best
-        combinations = itertools.product(*[best[k] for k in self.children[v]])  # type: ignore[arg-type]
-        if since < 0:
-            return [self.price(node, choice) for choice in combinations]
-        return [
-            self.price(node, choice)
-            for choice in combinations
-            if any(c.serial >= since for c in choice)
-        ]
+        # (loops, not comprehensions: this runs for every node priced, and a comprehension is a
+        # call of its own in Python 3.11)
+        made = []
+        options = map(self.best.__getitem__, self.children[v])
+        for choice in itertools.product(*options):  # type: ignore[arg-type]
+            if since < 0 or max(map(_serial, choice)) >= since:
+                made.append(self.price(node, choice))
+        return made
 
     def price(self, node: _Node, choice: Sequence[_Candidate]) -> _Candidate:
         """`node` with the children's candidates `choice`."""
-        terms = tuple([c.term for c in choice])
+        terms = tuple(map(_term, choice))
         if node.op == "Vec":
-            return self.candidate(node, sum([c.cost for c in choice]), terms)
-        cost = self.node_cost(node.op, terms, [c.cost for c in choice])
+            return self.candidate(node, sum(map(_cost, choice)), terms)
+        cost = self.node_cost(node.op, terms, list(map(_cost, choice)))
         return self.candidate(node, cost, _Unbuilt(node.op, terms))
 
     def candidate(self, node: _Node, cost: float, term: Arg) -> _Candidate:
