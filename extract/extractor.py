@@ -202,15 +202,15 @@ class _Index:
             start = self.class_nodes[-1].stop if self.class_nodes else 0
             self.class_nodes.append(range(start, start + len(classes[cid])))
         self.children = [tuple(map(self.position.__getitem__, n.children)) for n in self.nodes]
-        # (e-class, node) of the nodes with e-class i among their children, in node order, and
-        # how many distinct child e-classes each node has
-        self.parent_nodes: list[list[tuple[int, int]]] = [[] for _ in ids]
+        # the nodes with e-class i among their children, in order, and how many distinct child
+        # e-classes each node has
+        self.parent_nodes: list[list[int]] = [[] for _ in ids]
         self.child_classes: list[int] = []
         for v, kids in enumerate(self.children):
             distinct = dict.fromkeys(kids)
             self.child_classes.append(len(distinct))
             for child in distinct:
-                self.parent_nodes[child].append((self.node_class[v], v))
+                self.parent_nodes[child].append(v)
         # The e-classes to revisit when a child changes, in e-class id order (as the worklist
         # has always queued them: the order decides which of two equal candidates is met first).
         self.parent_classes: list[list[int]] = [[] for _ in ids]
@@ -244,7 +244,7 @@ class _Worklist:
         when the candidates of one of their children changed (no other node has anything new
         to price)."""
         best, n, price_new, waiting = self.best, self.n, self.price_new, self.waiting
-        class_nodes = self.index.class_nodes
+        class_nodes, node_class = self.index.class_nodes, self.index.node_class
         parent_classes, parent_nodes = self.index.parent_classes, self.index.parent_nodes
         pending = deque(range(len(class_nodes)))
         queued = [True] * len(pending)
@@ -280,9 +280,10 @@ class _Worklist:
                     pending.append(parent)
             if not ranked:
                 continue  # its parents have nothing to price yet
-            for owner, v in parent_nodes[eclass]:
+            for v in parent_nodes[eclass]:
                 if not old:
                     waiting[v] -= 1
+                owner = node_class[v]
                 # (an e-class's first visit prices every node)
                 if not waiting[v] and best[owner] is not None:
                     if owner in marked:
@@ -348,7 +349,7 @@ class _Worklist:
             if eclass in chosen:
                 continue
             chosen[eclass] = v
-            for _, parent in index.parent_nodes[eclass]:
+            for parent in index.parent_nodes[eclass]:
                 if parent in waiting:
                     waiting[parent] -= 1
                     if waiting[parent] == 0:

@@ -91,7 +91,7 @@ STREAM_RESTART_BYTES = 256.0
 Accesses = Mapping[int, frozenset[int]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Estimate:
     compute: float  # cycles on one core (already shared out inside a Parallel loop)
     traffic: tuple[float, float, float]  # bytes fetched into L1, L2, L3
