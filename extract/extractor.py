@@ -4,7 +4,8 @@ egglog's Python `cost_model=` callback is far slower than reading the e-graph on
 Python (docs/MEASUREMENTS.md). The graph is read from egglog's tables, as its JSON serialization has
 it (`_read`); only term constructors are kept: analysis functions that egglog stores in the same
 e-classes are skipped. A node's cost is a function of its op and its children's chosen terms and
-costs (`NodeCost`).
+costs (`NodeCost`); a cost that builds the node's term anyway (`LoopCost`, whose memo is keyed by
+terms) may offer `term_cost(term, child_costs)` instead, and then shares the extractor's term.
 
 `SerializedGraph.extract_top` is a worklist over e-classes in serialization order: each keeps
 its `n` cheapest candidates, ties broken by node id, then by the order they were found, so the
@@ -15,9 +16,9 @@ best can never come back, so this chooses exactly what pricing every combination
 visit did (tests/test_extractor.py holds that definition). What that definition spent time on
 and did not need is skipped: e-classes the root does not reach (`_Index`; a large kernel
 e-graph has more analysis `Footprint` terms than statements), nodes while a child e-class has
-no candidate (`_Worklist.waiting`), and the terms of candidates that are dropped
-(`_Candidate.built`). A deadline stops the refinement early; the result is still a term of the
-root e-class, marked incomplete.
+no candidate (`_Worklist.waiting`), and, for a plain `NodeCost`, the terms of candidates that
+are dropped (`_Candidate.built`). A deadline stops the refinement early; the result is still a
+term of the root e-class, marked incomplete.
 """
 
 from __future__ import annotations
@@ -227,6 +228,10 @@ class _Worklist:
         self.index = index
         self.nodes, self.children = index.nodes, index.children
         self.node_cost = node_cost
+        # `node_cost.term_cost`, if it has one (module doc)
+        self.term_cost: Callable[[Term, Sequence[float]], float] | None = getattr(
+            node_cost, "term_cost", None
+        )
         self.n = n
         self.best: list[list[_Candidate] | None] = [None] * len(index.class_nodes)
         self.serial = 0  # candidates made so far
@@ -316,6 +321,9 @@ class _Worklist:
         terms = tuple(map(_term, choice))
         if node.op == "Vec":
             return self.candidate(node, sum(map(_cost, choice)), terms)
+        if self.term_cost is not None:
+            term = Term(node.op, terms)
+            return self.candidate(node, self.term_cost(term, list(map(_cost, choice))), term)
         cost = self.node_cost(node.op, terms, list(map(_cost, choice)))
         return self.candidate(node, cost, _Unbuilt(node.op, terms))
 

@@ -199,9 +199,14 @@ class LoopCost:
         self._parallel_start = parallel_start_cycles(machine)
 
     def __call__(self, op: str, children: Sequence[Arg], child_costs: Sequence[float]) -> float:
-        if not op.startswith("Stmt."):
+        return self.term_cost(Term(op, tuple(children)), child_costs)
+
+    def term_cost(self, term: Term, child_costs: Sequence[float]) -> float:
+        """`self(term.op, term.args, child_costs)` for a term already built: the extractor
+        calls this (eqsat.extract.extractor), so this memo's keys are the extractor's terms."""
+        if not term.op.startswith("Stmt."):
             return sum(child_costs)  # axes, indices, scalars: priced inside their statement
-        return self._statement(Term(op, tuple(children))).cycles
+        return self._statement(term).cycles
 
     def estimate(self, statement: Term) -> Estimate:
         return self._statement(statement).estimate
