@@ -254,9 +254,10 @@ def test_random_programs_choose_what_the_plain_worklist_chooses(program: Any, n:
         return cost
 
     shared = LoopCost(AVX512, loops.dtype)
-    extraction = graph.extract_top(root, recorded, n)
+    extraction = graph.extract_top(root, recorded, n)  # a plain NodeCost: no `term_cost`
     plain = plain_top(json_classes(egraph), root, LoopCost(AVX512, loops.dtype), n)
     assert list(extraction) == plain
+    assert list(graph.extract_top(root, LoopCost(AVX512, loops.dtype), n)) == plain
     for term, cost in [*extraction, *priced[:: max(1, len(priced) // 40)]]:
         assert isinstance(term, Term)
         assert cost == LoopCost(AVX512, loops.dtype).estimate(term).cycles
