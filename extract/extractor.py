@@ -108,7 +108,8 @@ class SerializedGraph:
     `_read`); extraction works on the same graph numbered densely (e-class i, node v)."""
 
     def __init__(self, egraph: EGraph) -> None:
-        self.classes, self.lets = _read(egraph)
+        with _collector_paused():
+            self.classes, self.lets = _read(egraph)
 
     @cached_property
     def size(self) -> int:
@@ -385,9 +386,10 @@ class _Worklist:
 
 @contextmanager
 def _collector_paused() -> Iterator[None]:
-    """Python's cycle collector off for the block. Extraction makes millions of small acyclic
-    objects (terms, candidates, estimates), and each of the collector's passes would walk all
-    of them again: with it on, extraction takes markedly longer (docs/MEASUREMENTS.md)."""
+    """Python's cycle collector off for the block. Reading a graph and extracting from it make
+    hundreds of thousands to millions of small acyclic objects (nodes, terms, candidates,
+    estimates), and each of the collector's passes would walk all of them again: with it on,
+    both take markedly longer (docs/MEASUREMENTS.md)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
