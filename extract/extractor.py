@@ -68,6 +68,8 @@ class _Candidate(NamedTuple):
 
 
 class _Unbuilt(NamedTuple):
+    """The op and arguments of a term not built yet (`_Candidate.built`)."""
+
     op: str
     args: tuple[Arg, ...]
 
@@ -246,9 +248,9 @@ class _Worklist:
     def settle(self, deadline: float | None) -> bool:
         """Visit e-classes until no candidate changes (True) or `deadline` passes (False).
 
-        The first visit of an e-class prices all its nodes, a later one only the nodes marked
-        when the candidates of one of their children changed (no other node has anything new
-        to price)."""
+        The first visit of an e-class prices all its nodes whose children all have candidates, a
+        later one only the nodes marked when the candidates of one of their children changed
+        (no other node has anything new to price)."""
         best, n, price_new, waiting = self.best, self.n, self.price_new, self.waiting
         class_nodes, node_class = self.index.class_nodes, self.index.node_class
         parent_classes, parent_nodes = self.index.parent_classes, self.index.parent_nodes
@@ -300,9 +302,9 @@ class _Worklist:
 
     def price_new(self, v: int, start: int) -> Sequence[_Candidate]:
         """Node `v` priced with each combination of its children's candidates that it has not
-        priced before. It requires: every child e-class of `v` was visited. `start`: `serial`
-        when this visit of its e-class began, before which every candidate of its children was
-        made."""
+        priced before. It requires: every child e-class of `v` has candidates (`waiting`).
+        `start`: `serial` when this visit of its e-class began, before which every candidate of
+        its children was made."""
         since = self.priced_at[v]
         self.priced_at[v] = start
         node = self.nodes[v]
@@ -328,7 +330,7 @@ class _Worklist:
         cost = self.node_cost(node.op, terms, list(map(_cost, choice)))
         return self.candidate(node, cost, _Unbuilt(node.op, terms))
 
-    def candidate(self, node: _Node, cost: float, term: Arg) -> _Candidate:
+    def candidate(self, node: _Node, cost: float, term: Arg | _Unbuilt) -> _Candidate:
         self.serial += 1
         return _Candidate(cost, node.key, self.serial - 1, term)
 
