@@ -4,7 +4,8 @@ egglog's Python `cost_model=` callback is far slower than reading the e-graph on
 Python (docs/MEASUREMENTS.md). The graph is read from egglog's tables, as its JSON serialization has
 it (`_read`); only term constructors are kept: analysis functions that egglog stores in the same
 e-classes are skipped. A node's cost is a function of its op and its children's chosen terms and
-costs (`NodeCost`).
+costs (`NodeCost`); a cost that builds the node's term anyway (`LoopCost`, whose memo is keyed by
+terms) may offer `term_cost(term, child_costs)` instead, and then shares the extractor's term.
 
 `SerializedGraph.extract_top` is a worklist over e-classes in serialization order: each keeps
 its `n` cheapest candidates, ties broken by node id, then by the order they were found, so the
@@ -12,8 +13,12 @@ same e-graph always gives the same program. An e-class is revisited when a child
 change, and then only the nodes above that child are priced, each only for the combinations of
 its children's candidates it has not priced before: a candidate once pushed out of an e-class's
 best can never come back, so this chooses exactly what pricing every combination on every
-visit did (tests/test_extractor.py holds that definition). A deadline stops the refinement
-early; the result is still a term of the root e-class, marked incomplete.
+visit did (tests/test_extractor.py holds that definition). What that definition spent time on
+and did not need is skipped: e-classes the root does not reach (`_Index`; a large kernel
+e-graph has more analysis `Footprint` terms than statements), nodes while a child e-class has
+no candidate (`_Worklist.waiting`), and, for a plain `NodeCost`, the terms of candidates that
+are dropped (`_Candidate.built`). A deadline stops the refinement early; the result is still a
+term of the root e-class, marked incomplete.
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ import gc
 import itertools
 import random
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
+from operator import attrgetter
 from time import monotonic
 from typing import Any, NamedTuple, overload
 
@@ -36,8 +42,7 @@ from eqsat.core.terms import CONSTRUCTORS, Arg, Term
 NodeCost = Callable[[str, Sequence[Arg], Sequence[float]], float]
 
 
-@dataclass(frozen=True)
-class _Node:
+class _Node(NamedTuple):
     key: str
     op: str
     children: tuple[str, ...]  # e-class ids
@@ -52,7 +57,24 @@ class _Candidate(NamedTuple):
     cost: float
     key: str  # the e-node's id
     serial: int
-    term: Arg
+    term: Arg | _Unbuilt
+
+    def built(self) -> _Candidate:
+        """This candidate with its term built (most candidates are priced and dropped: their
+        terms are built only when they are kept)."""
+        if isinstance(self.term, _Unbuilt):
+            return _Candidate(self.cost, self.key, self.serial, Term(*self.term))
+        return self
+
+
+class _Unbuilt(NamedTuple):
+    """The op and arguments of a term not built yet (`_Candidate.built`)."""
+
+    op: str
+    args: tuple[Arg, ...]
+
+
+_cost, _serial, _term = attrgetter("cost"), attrgetter("serial"), attrgetter("term")
 
 
 @dataclass(frozen=True)
@@ -88,7 +110,8 @@ class SerializedGraph:
     `_read`); extraction works on the same graph numbered densely (e-class i, node v)."""
 
     def __init__(self, egraph: EGraph) -> None:
-        self.classes, self.lets = _read(egraph)
+        with _collector_paused():
+            self.classes, self.lets = _read(egraph)
 
     @cached_property
     def size(self) -> int:
@@ -121,7 +144,7 @@ class SerializedGraph:
         candidates of the e-classes below it (`_Worklist.completed`), and `complete` is False.
         """
         with _collector_paused():
-            index = self._index
+            index = self._index(root)
             run = _Worklist(index, node_cost, n)
             complete = run.settle(deadline)
             position = index.position[root]
@@ -144,17 +167,37 @@ class SerializedGraph:
 
         return self.extract(root, cost)[0]
 
+    def _index(self, root: str) -> _Index:
+        """The index of the e-classes below `root` (built once per root)."""
+        index = self._indexes.get(root)
+        if index is None:
+            index = self._indexes[root] = _Index(self.classes, root)
+        return index
+
     @cached_property
-    def _index(self) -> _Index:
-        return _Index(self.classes)
+    def _indexes(self) -> dict[str, _Index]:
+        return {}
 
 
 class _Index:
-    """`SerializedGraph.classes` numbered densely: e-class i is the i-th key of `classes`, node
-    v the v-th node met walking them in order (so a class's nodes have increasing numbers)."""
+    """The part of `SerializedGraph.classes` below e-class `root`, numbered densely: e-class i
+    is the i-th of those e-classes in the order of `classes`, node v the v-th node met walking
+    them in order (so a class's nodes have increasing numbers).
 
-    def __init__(self, classes: dict[str, list[_Node]]) -> None:
-        self.ids = ids = list(classes)
+    Only what the root's terms can use is priced. Leaving out the rest changes nothing for the
+    root: an e-class outside never is a child of one inside, and the worklist meets the e-classes
+    inside in the same order with or without the others between them."""
+
+    def __init__(self, classes: dict[str, list[_Node]], root: str) -> None:
+        below = {root}
+        stack = [root]
+        while stack:
+            for node in classes[stack.pop()]:
+                for eclass in node.children:
+                    if eclass not in below:
+                        below.add(eclass)
+                        stack.append(eclass)
+        self.ids = ids = [cid for cid in classes if cid in below]
         self.position = {cid: i for i, cid in enumerate(ids)}
         self.nodes = [node for cid in ids for node in classes[cid]]
         self.node_class = [i for i, cid in enumerate(ids) for _ in classes[cid]]
@@ -163,17 +206,21 @@ class _Index:
             start = self.class_nodes[-1].stop if self.class_nodes else 0
             self.class_nodes.append(range(start, start + len(classes[cid])))
         self.children = [tuple(map(self.position.__getitem__, n.children)) for n in self.nodes]
-        # (e-class, node) of the nodes with e-class i among their children
-        self.parent_nodes: list[list[tuple[int, int]]] = [[] for _ in ids]
+        # the nodes with e-class i among their children, in order, and how many distinct child
+        # e-classes each node has
+        self.parent_nodes: list[list[int]] = [[] for _ in ids]
+        self.child_classes: list[int] = []
         for v, kids in enumerate(self.children):
-            for child in dict.fromkeys(kids):
-                self.parent_nodes[child].append((self.node_class[v], v))
+            distinct = dict.fromkeys(kids)
+            self.child_classes.append(len(distinct))
+            for child in distinct:
+                self.parent_nodes[child].append(v)
         # The e-classes to revisit when a child changes, in e-class id order (as the worklist
         # has always queued them: the order decides which of two equal candidates is met first).
-        self.parent_classes = [
-            [users[0][0]] if len(users) == 1 else sorted({c for c, _ in users}, key=ids.__getitem__)
-            for users in self.parent_nodes
-        ]
+        self.parent_classes: list[list[int]] = [[] for _ in ids]
+        for owner in sorted(range(len(ids)), key=ids.__getitem__):
+            for child in {k for v in self.class_nodes[owner] for k in self.children[v]}:
+                self.parent_classes[child].append(owner)
 
 
 class _Worklist:
@@ -184,21 +231,28 @@ class _Worklist:
         self.index = index
         self.nodes, self.children = index.nodes, index.children
         self.node_cost = node_cost
+        # `node_cost.term_cost`, if it has one (module doc)
+        self.term_cost: Callable[[Term, Sequence[float]], float] | None = getattr(
+            node_cost, "term_cost", None
+        )
         self.n = n
         self.best: list[list[_Candidate] | None] = [None] * len(index.class_nodes)
         self.serial = 0  # candidates made so far
         # Per node: `serial` when its e-class last priced it (-1: never). A combination of its
         # children's candidates all made before then was priced then.
         self.priced_at = [-1] * len(index.nodes)
+        # Per node: how many of its (distinct) child e-classes have no candidates yet; it has
+        # nothing to price until none is left.
+        self.waiting = list(index.child_classes)
 
     def settle(self, deadline: float | None) -> bool:
         """Visit e-classes until no candidate changes (True) or `deadline` passes (False).
 
-        The first visit of an e-class prices all its nodes, a later one only the nodes marked
-        when the candidates of one of their children changed (no other node has anything new
-        to price)."""
-        best, n, price_new = self.best, self.n, self.price_new
-        class_nodes = self.index.class_nodes
+        The first visit of an e-class prices all its nodes whose children all have candidates, a
+        later one only the nodes marked when the candidates of one of their children changed
+        (no other node has anything new to price)."""
+        best, n, price_new, waiting = self.best, self.n, self.price_new, self.waiting
+        class_nodes, node_class = self.index.class_nodes, self.index.node_class
         parent_classes, parent_nodes = self.index.parent_classes, self.index.parent_nodes
         pending = deque(range(len(class_nodes)))
         queued = [True] * len(pending)
@@ -209,23 +263,37 @@ class _Worklist:
             eclass = pending.popleft()
             queued[eclass] = False
             old = best[eclass]
+            if old is None:
+                nodes: Iterable[int] = class_nodes[eclass]
+            elif eclass in marked:
+                nodes = sorted(marked.pop(eclass))
+            else:
+                continue  # nothing new to price
             start = self.serial
             made: list[_Candidate] = []
-            for v in class_nodes[eclass] if old is None else sorted(marked.pop(eclass, ())):
-                made += price_new(v, start)
+            for v in nodes:
+                if not waiting[v]:
+                    made += price_new(v, start)
             if old is not None and not made:
                 continue
-            ranked = sorted(made if old is None else old + made)[:n]
+            pool = made if old is None else old + made
+            ranked = [min(pool)] if n == 1 and pool else sorted(pool)[:n]
             if ranked == old:
                 continue
-            best[eclass] = ranked  # the first visit sets it, even to no candidates
+            # The first visit sets it, even to no candidates.
+            best[eclass] = ranked = list(map(_Candidate.built, ranked))
             for parent in parent_classes[eclass]:
                 if not queued[parent]:
                     queued[parent] = True
                     pending.append(parent)
-            # A child with no candidates gives its parents nothing to price yet.
-            for owner, v in parent_nodes[eclass] if ranked else ():
-                if best[owner] is not None:  # else its first visit prices every node
+            if not ranked:
+                continue  # its parents have nothing to price yet
+            for v in parent_nodes[eclass]:
+                if not old:
+                    waiting[v] -= 1
+                owner = node_class[v]
+                # (an e-class's first visit prices every node)
+                if not waiting[v] and best[owner] is not None:
                     if owner in marked:
                         marked[owner].add(v)
                     else:
@@ -234,41 +302,35 @@ class _Worklist:
 
     def price_new(self, v: int, start: int) -> Sequence[_Candidate]:
         """Node `v` priced with each combination of its children's candidates that it has not
-        priced before (none while a child was never visited). `start`: `serial` when this
-        visit of its e-class began, before which every candidate of its children was made."""
+        priced before. It requires: every child e-class of `v` has candidates (`waiting`).
+        `start`: `serial` when this visit of its e-class began, before which every candidate of
+        its children was made."""
         since = self.priced_at[v]
+        self.priced_at[v] = start
         node = self.nodes[v]
         if node.op == "literal":
-            if since >= 0:
-                return ()
-            self.priced_at[v] = start
-            return (self.candidate(node, 0.0, node.literal),)
-        options = list(map(self.best.__getitem__, self.children[v]))
-        if None in options:
-            return ()
-        self.priced_at[v] = start
-        combinations = itertools.product(*options)  # type: ignore[arg-type]
-        if since < 0:
-            return [self.price(node, choice) for choice in combinations]
-        return [
-            self.price(node, choice)
-            for choice in combinations
-            if any(c.serial >= since for c in choice)
-        ]
+            return () if since >= 0 else (self.candidate(node, 0.0, node.literal),)
+        # (loops, not comprehensions: this runs for every node priced, and a comprehension is a
+        # call of its own in Python 3.11)
+        made = []
+        options = map(self.best.__getitem__, self.children[v])
+        for choice in itertools.product(*options):  # type: ignore[arg-type]
+            if since < 0 or max(map(_serial, choice)) >= since:
+                made.append(self.price(node, choice))
+        return made
 
     def price(self, node: _Node, choice: Sequence[_Candidate]) -> _Candidate:
         """`node` with the children's candidates `choice`."""
-        terms = tuple([c.term for c in choice])
-        costs = [c.cost for c in choice]
+        terms = tuple(map(_term, choice))
         if node.op == "Vec":
-            cost = sum(costs)
-            term: Arg = terms
-        else:
-            cost = self.node_cost(node.op, terms, costs)
+            return self.candidate(node, sum(map(_cost, choice)), terms)
+        if self.term_cost is not None:
             term = Term(node.op, terms)
-        return self.candidate(node, cost, term)
+            return self.candidate(node, self.term_cost(term, list(map(_cost, choice))), term)
+        cost = self.node_cost(node.op, terms, list(map(_cost, choice)))
+        return self.candidate(node, cost, _Unbuilt(node.op, terms))
 
-    def candidate(self, node: _Node, cost: float, term: Arg) -> _Candidate:
+    def candidate(self, node: _Node, cost: float, term: Arg | _Unbuilt) -> _Candidate:
         self.serial += 1
         return _Candidate(cost, node.key, self.serial - 1, term)
 
@@ -298,7 +360,7 @@ class _Worklist:
             if eclass in chosen:
                 continue
             chosen[eclass] = v
-            for _, parent in index.parent_nodes[eclass]:
+            for parent in index.parent_nodes[eclass]:
                 if parent in waiting:
                     waiting[parent] -= 1
                     if waiting[parent] == 0:
@@ -317,7 +379,8 @@ class _Worklist:
                 if node.op == "literal":
                     made[eclass] = self.candidate(node, 0.0, node.literal)
                 else:
-                    made[eclass] = self.price(node, [term_of(k) for k in index.children[v]])
+                    choice = [term_of(k) for k in index.children[v]]
+                    made[eclass] = self.price(node, choice).built()
             return made[eclass]
 
         return term_of(root)
@@ -325,9 +388,10 @@ class _Worklist:
 
 @contextmanager
 def _collector_paused() -> Iterator[None]:
-    """Python's cycle collector off for the block. Extraction makes millions of small acyclic
-    objects (terms, candidates, estimates), and each of the collector's passes would walk all
-    of them again: with it on, extraction takes markedly longer (docs/MEASUREMENTS.md)."""
+    """Python's cycle collector off for the block. Reading a graph and extracting from it make
+    hundreds of thousands to millions of small acyclic objects (nodes, terms, candidates,
+    estimates), and each of the collector's passes would walk all of them again: with it on,
+    both take markedly longer (docs/MEASUREMENTS.md)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -365,14 +429,19 @@ def _read(egraph: EGraph) -> tuple[dict[str, list[_Node]], dict[str, str]]:
     classes: dict[str, list[_Node]] = {}
     lets: dict[str, str] = {}
 
-    def class_id(sort: str, value: Any) -> str:
-        return f"{sort}-{tables.value_to_i64(value)}"  # an e-class's value is its number
+    class_ids: dict[str, _Made] = {}
+
+    def class_id(sort: str) -> Callable[[Any], str]:
+        """The e-class id of a value of `sort` (an e-class's value is its number)."""
+        if sort not in class_ids:
+            class_ids[sort] = _Made(lambda value: f"{sort}-{tables.value_to_i64(value)}")
+        return class_ids[sort].__getitem__
 
     def literal_class(sort: str, value: Any) -> str:
         """The e-class of a literal value, adding its node when first met."""
         if "[" not in sort:
             sort = sort.removeprefix("egglog.builtins.")  # a container's item sort
-        eclass = class_id(sort, value)
+        eclass = class_id(sort)(value)
         if eclass in classes:
             return eclass
         if sort.startswith(_CONTAINERS):
@@ -392,14 +461,14 @@ def _read(egraph: EGraph) -> tuple[dict[str, list[_Node]], dict[str, str]]:
 
     def reader(sort: str) -> Callable[[Any], str]:
         """The e-class of a value of `sort` in a row."""
-        if _is_literal(sort):
-            return lambda value: literal_class(sort, value)
-        return lambda value: class_id(sort, value)
+        if not _is_literal(sort):
+            return class_id(sort)
+        return _Made(lambda value: literal_class(sort, value)).__getitem__
 
     for name, table in tables.freeze().functions.items():
         if table.is_let_binding:  # not a node: its value is not serialized
             for row in table.rows:
-                lets[name.lstrip("$")] = class_id(table.output_sort, row.output)
+                lets[name.lstrip("$")] = class_id(table.output_sort)(row.output)
             continue
         output, inputs = reader(table.output_sort), [reader(s) for s in table.input_sorts]
         op = python_names.get(name, name)
@@ -412,12 +481,25 @@ def _read(egraph: EGraph) -> tuple[dict[str, list[_Node]], dict[str, str]]:
                 classes.setdefault(eclass, []).append(node)
         else:  # an analysis function: only the literals among its values are serialized
             sorts = [table.output_sort, *table.input_sorts]
-            literals = [i for i, sort in enumerate(sorts) if _is_literal(sort)]
+            literals = [(i, reader(sort)) for i, sort in enumerate(sorts) if _is_literal(sort)]
             for row in table.rows if literals else ():
-                values = [row.output, *row.inputs]
-                for i in literals:
-                    literal_class(sorts[i], values[i])
+                values = (row.output, *row.inputs)
+                for i, read in literals:
+                    read(values[i])
     return classes, lets
+
+
+class _Made(dict[Any, Any]):
+    """`make(key)` for each key, made when first asked for (a dict: asking again is fast; values
+    repeat across an e-graph's rows)."""
+
+    def __init__(self, make: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key: Any) -> Any:
+        value = self[key] = self.make(key)
+        return value
 
 
 def _is_literal(sort: str) -> bool:

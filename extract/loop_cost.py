@@ -18,7 +18,7 @@ Each statement gets an `Estimate`, computed bottom-up from its children's:
   do not, so such an output costs its bytes once instead of twice.
 - Reads from DRAM stream well only in long runs: a statement that streams an access (reads
   each element once) pays STREAM_RESTART_BYTES more for every run of consecutive elements it
-  reads when the runs are shorter than a row (`stream_runs`: a loop extends its body's run
+  reads when the runs are shorter than a row (`_Touched.runs`: a loop extends its body's run
   when it steps exactly one run further along the last dimension; any other loop that moves
   the access starts a new run). Blocked and row-by-row nests of equal footprint then differ.
 - A Parallel loop divides compute and per-core traffic by the cores and pays a start cost; DRAM
@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from eqsat.core.loops import (
     RegisterTile,
@@ -86,12 +86,12 @@ STREAM_RESTART_BYTES = 256.0
 
 
 # The loads and stores below a statement, grouped by the loops they run inside: for each set of
-# loop axes (all below the statement being estimated), the (buffer, index list) pairs accessed
-# inside exactly those loops.
-Accesses = Mapping[frozenset[Term], frozenset[tuple[str, Term]]]
+# loop axes below the statement (its `LoopCost.loop_set` number), the accesses made inside exactly
+# those loops (`LoopCost.access` numbers of (buffer, index list) pairs).
+Accesses = Mapping[int, frozenset[int]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Estimate:
     compute: float  # cycles on one core (already shared out inside a Parallel loop)
     traffic: tuple[float, float, float]  # bytes fetched into L1, L2, L3
@@ -103,19 +103,68 @@ class Estimate:
     @property
     def cycles(self) -> float:
         """The roofline with imperfect overlap, plus overheads (module doc)."""
-        memory = [t / bw for t, bw in zip(self.traffic, self.bytes_per_cycle, strict=True)]
-        terms = [self.compute, *memory]
+        (l1, l2, l3), (to_l1, to_l2, to_l3) = self.traffic, self.bytes_per_cycle
+        terms = (self.compute, l1 / to_l1, l2 / to_l2, l3 / to_l3)
         limit = max(terms)
         return limit + OVERLAP_PENALTY * (sum(terms) - limit) + self.overhead + self.first_touch
 
 
-@dataclass(frozen=True)
-class _Statement:
-    """What a parent statement needs of an estimated child: its estimate, and the bytes of the
-    lines each buffer occupies (the footprint is their sum: accesses to one buffer overlap)."""
+class _Touched(NamedTuple):
+    """What a statement touches, as its parent statement builds on it. Statements that touch
+    the same accesses in the same way (the loops of a nest in another order, or of another
+    kind, often do) share one `_Touched` (`LoopCost.touched`), so its facts are worked out once
+    per way, not once per statement. Never changed."""
+
+    number: int  # in the order first met (a key of memo tables)
+    accesses: Accesses
+    # For each access that the statement streams (every loop of two or more trips moves it): how
+    # many consecutive elements of its last dimension it reads in a row, in execution order, and
+    # whether one execution of the statement reads just one such run (else a loop moved to
+    # another row in between).
+    runs: Mapping[int, tuple[int, bool]]
+    # The `eqsat.core.loops.large_output` buffers it stores into through the caches (not in
+    # `eqsat.core.loops.streamed_store` vector loops).
+    allocating: frozenset[str]
+    # the bytes of the lines each buffer occupies (accesses to one buffer overlap), their sum,
+    # and `LoopCost.dram_extra`
+    buffer_bytes: Mapping[str, float]
+    footprint: float
+    dram_extra: float
+
+
+class _Statement(NamedTuple):
+    """An estimated statement: its estimate and its cycles, and what it touches."""
 
     estimate: Estimate
-    buffer_bytes: Mapping[str, float]  # shared between statements: never changed
+    cycles: float
+    touched: _Touched
+
+    @classmethod
+    def of(cls, estimate: Estimate, touched: _Touched) -> _Statement:
+        return cls(estimate, estimate.cycles, touched)
+
+
+class _Access(NamedTuple):
+    """A (buffer, index list) pair, its `_row_length`, and the axes its index names."""
+
+    buffer: str
+    index_list: Term
+    row_length: int
+    axes: frozenset[Term]
+
+
+class _Along(NamedTuple):
+    """What is known of loops over one axis: their most and mean trips, the axes it was split
+    from (`pieces_of`), the loop set (number) each loop set grows into with the axis, each
+    access's `LoopCost.movement` along the axis, and what a loop touches by what its body
+    touches (`_Touched.number`; the loop's kind aside)."""
+
+    extent: int
+    mean_trips: float
+    pieces: frozenset[Term]
+    grown: dict[int, int]
+    movements: dict[int, tuple[int, bool]]
+    loops: dict[int, _Touched]
 
 
 class LoopCost:
@@ -123,34 +172,41 @@ class LoopCost:
 
     Estimates are memoized per statement term for the life of the object (one extraction), and
     so are the footprints they are built from, so pricing a statement whose children were priced
-    before costs only its own level."""
+    before costs only its own level; what a statement touches is worked out once per way of
+    touching (`_Touched`). Accesses and sets of loop axes are numbered as they are met, so that
+    the work per access is done on ints (hashing a Term runs Python)."""
 
     def __init__(self, machine: Machine, dtype: str) -> None:
         self.machine = machine
         self.dtype = dtype
+        self.item_bytes = 4 if dtype == "float32" else 8
+        self.lanes = machine.lanes(dtype)
         self._statements: dict[Term, _Statement] = {}
-        self._accesses: dict[Term, Accesses] = {}
-        self._access_bytes: dict[tuple[Term, frozenset[Term]], float] = {}
+        self._access_numbers: dict[tuple[str, Term], int] = {}
+        self._accesses: list[_Access] = []  # by number
+        # sets of loop axes by number (0: none), and the lines' bytes of each access over each
+        self._loop_set_numbers: dict[frozenset[Term], int] = {frozenset(): 0}
+        self._loop_sets: list[frozenset[Term]] = [frozenset()]
+        self._lines: list[dict[int, float]] = [{}]
+        self._lines_over: dict[tuple[Term, frozenset[Term]], float] = {}  # `lines_bytes`
+        self._along: dict[Term, _Along] = {}
+        self._touched: dict[Any, _Touched] = {}  # by content (`touched`)
+        self._sequences: dict[tuple[int, int], _Touched] = {}  # by the two `_Touched.number`s
         self._leaf_pieces: dict[frozenset[Term], tuple[tuple[frozenset[Term], int], ...]] = {}
-        self._runs: dict[Term, dict[tuple[str, Term], tuple[int, bool]]] = {}
-        self._allocating: dict[Term, frozenset[str]] = {}
         capacities = (machine.l1_bytes, machine.l2_bytes, machine.l3_bytes)
         self._usable = tuple(capacity * CACHE_USE for capacity in capacities)
         self._bytes_per_cycle, self._dram_scaling = fetch_rates(machine)
         self._parallel_start = parallel_start_cycles(machine)
 
     def __call__(self, op: str, children: Sequence[Arg], child_costs: Sequence[float]) -> float:
-        if not op.startswith("Stmt."):
+        return self.term_cost(Term(op, tuple(children)), child_costs)
+
+    def term_cost(self, term: Term, child_costs: Sequence[float]) -> float:
+        """`self(term.op, term.args, child_costs)` for a term already built: the extractor
+        calls this (eqsat.extract.extractor), so this memo's keys are the extractor's terms."""
+        if not term.op.startswith("Stmt."):
             return sum(child_costs)  # axes, indices, scalars: priced inside their statement
-        return self.estimate(Term(op, tuple(children))).cycles
-
-    @property
-    def item_bytes(self) -> int:
-        return 4 if self.dtype == "float32" else 8
-
-    @property
-    def lanes(self) -> int:
-        return self.machine.lanes(self.dtype)
+        return self._statement(term).cycles
 
     def estimate(self, statement: Term) -> Estimate:
         return self._statement(statement).estimate
@@ -168,17 +224,14 @@ class LoopCost:
                 return self.leaf(statement)
             case "Stmt.seq":
                 first, second = self._statement(a[0]), self._statement(a[1])  # type: ignore[arg-type]
-                sizes = _largest(first.buffer_bytes, second.buffer_bytes)
-                return self.combine(statement, sizes, (first.estimate, second.estimate), 1)
+                touched = self.in_sequence(first.touched, second.touched)
+                estimate = self.combine(touched, (first.estimate, second.estimate), 1)
+                return _Statement.of(estimate, touched)
             case "Stmt.alloc":
                 body = self._statement(a[2])  # type: ignore[arg-type]
-                return self.combine(
-                    statement,
-                    body.buffer_bytes,
-                    [body.estimate],
-                    1,
-                    first_touch=self.first_touch(statement),
-                )
+                first_touch = self.first_touch(statement)
+                estimate = self.combine(body.touched, [body.estimate], 1, first_touch=first_touch)
+                return _Statement.of(estimate, body.touched)
             case "Stmt.loop":
                 return self.loop(statement)
         raise ValueError(f"not a statement: {statement.op}")
@@ -209,22 +262,23 @@ class LoopCost:
             + 1 / STORES_PER_CYCLE
             + _latency(value)
         )
-        sizes = self.bytes_per_buffer(self.accesses(statement))
-        footprint = sum(sizes.values())
-        traffic = (footprint, footprint, footprint + self.dram_extra(statement, sizes))
+        touched = self.leaf_touched(statement, loads)
+        footprint = touched.footprint
+        traffic = (footprint, footprint, footprint + touched.dram_extra)
         estimate = Estimate(compute, traffic, 0.0, footprint, 0.0, self._bytes_per_cycle)
-        return _Statement(estimate, sizes)
+        return _Statement.of(estimate, touched)
 
     def loop(self, statement: Term) -> _Statement:
         axis, kind, body_term = statement.args
         assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body_term, Term)
         body = self._statement(body_term)
-        sizes = self.bytes_per_buffer(self.accesses(statement))
-        trips = mean_trips(axis)
+        along = self.along(axis)
+        touched = self.loop_touched(axis, kind, body_term, body.touched, along)
+        trips = along.mean_trips
         if kind.op == "LoopKind.serial":
             tile = register_tile(axis, body_term, self.machine.isa, self.lanes)
             if tile is not None:
-                return self.register_tile(statement, tile, body.estimate, sizes)
+                return self.register_tile(statement, tile, body.estimate, touched)
         per_trip = body.estimate.compute + (0.0 if kind.op == "LoopKind.unroll" else LOOP_OVERHEAD)
         vector = kind.op == "LoopKind.vector" and self.machine.isa != "scalar"
         vectorized = vector and vectorizable(axis, body_term)
@@ -233,11 +287,10 @@ class LoopCost:
         compute = per_trip * trips
         if vectorized and horizontal(axis, body_term):
             compute -= trips * HORIZONTAL_STEP_SAVING - HORIZONTAL_FINISH
-        loop = self.combine(statement, sizes, [body.estimate], trips, compute)
+        estimate = self.combine(touched, [body.estimate], trips, compute)
         if kind.op != "LoopKind.parallel":
-            return loop
+            return _Statement.of(estimate, touched)
         cores = min(self.machine.cores, trips)  # a loop of one trip runs on one core
-        estimate = loop.estimate
         l1, l2, l3 = estimate.traffic
         parallel = Estimate(
             estimate.compute / cores,
@@ -247,10 +300,10 @@ class LoopCost:
             estimate.first_touch,
             self._bytes_per_cycle,
         )
-        return _Statement(parallel, sizes)
+        return _Statement.of(parallel, touched)
 
     def register_tile(
-        self, statement: Term, tile: RegisterTile, body: Estimate, sizes: Mapping[str, float]
+        self, statement: Term, tile: RegisterTile, body: Estimate, touched: _Touched
     ) -> _Statement:
         """One FMA per accumulator and one load per distinct operand each step; the
         accumulators are loaded before the loop and stored after it. A tile clipped to its
@@ -279,7 +332,7 @@ class LoopCost:
         trips = mean_trips(statement.args[0])  # type: ignore[arg-type]
         spill = accumulators * (1 / LOADS_PER_CYCLE + 1 / STORES_PER_CYCLE)
         compute = trips * (step + LOOP_OVERHEAD) + spill
-        return self.combine(statement, sizes, [body], trips, compute)
+        return _Statement.of(self.combine(touched, [body], trips, compute), touched)
 
     def tile_variants(self, tile: RegisterTile) -> list[tuple[float, dict[Term, int]]]:
         """(how often it runs, accumulators along each tile axis) of each variant of a register
@@ -301,179 +354,231 @@ class LoopCost:
 
     def combine(
         self,
-        statement: Term,
-        sizes: Mapping[str, float],
+        touched: _Touched,
         children: Sequence[Estimate],
         trips: float,
         compute: float | None = None,
         first_touch: float = 0.0,
-    ) -> _Statement:
-        """`statement`, touching `sizes` bytes per buffer, running `children` `trips` times
-        (the reuse model of the module doc), plus its own `first_touch` cycles."""
-        footprint = sum(sizes.values())
-        largest = max([child.footprint for child in children])
-        levels = zip(*[child.traffic for child in children], strict=True)
-        once = (footprint, footprint, footprint + self.dram_extra(statement, sizes))
-        traffic = tuple(
-            [
-                fetched_once if largest <= usable else trips * sum(fetched)
-                for fetched_once, usable, fetched in zip(once, self._usable, levels, strict=True)
-            ]
+    ) -> Estimate:
+        """A statement that touches `touched`, running `children` `trips` times (the reuse
+        model of the module doc), plus its own `first_touch` cycles."""
+        # the children's largest footprint, and their sums (one pass: this runs for every
+        # statement priced)
+        largest = work = overhead = faults = in_l1 = in_l2 = in_l3 = 0.0
+        for child in children:
+            largest = max(largest, child.footprint)
+            work += child.compute
+            overhead += child.overhead
+            faults += child.first_touch
+            l1, l2, l3 = child.traffic
+            in_l1, in_l2, in_l3 = in_l1 + l1, in_l2 + l2, in_l3 + l3
+        # A level the children's footprint fits fetches the statement's footprint once, any
+        # other fetches what every run of the children fetches.
+        footprint = touched.footprint
+        usable_l1, usable_l2, usable_l3 = self._usable
+        traffic = (
+            footprint if largest <= usable_l1 else trips * in_l1,
+            footprint if largest <= usable_l2 else trips * in_l2,
+            footprint + touched.dram_extra if largest <= usable_l3 else trips * in_l3,
         )
         if compute is None:
-            compute = trips * sum([child.compute for child in children])
-        overhead = trips * sum([child.overhead for child in children])
-        first_touch += sum([child.first_touch for child in children])
-        estimate = Estimate(
-            compute,
-            traffic,  # type: ignore[arg-type]
-            overhead,
-            footprint,
-            first_touch,
-            self._bytes_per_cycle,
-        )
-        return _Statement(estimate, sizes)
+            compute = trips * work
+        overhead, first_touch = trips * overhead, first_touch + faults
+        return Estimate(compute, traffic, overhead, footprint, first_touch, self._bytes_per_cycle)
 
     # ------------------------------------------------------------ DRAM streams
 
-    def dram_extra(self, statement: Term, sizes: Mapping[str, float]) -> float:
-        """DRAM bytes beyond the footprint when `statement` fetches it once: stream restarts,
-        and the lines of large outputs stored without bypassing the caches, which are read
-        before they are written (`allocating_stores`)."""
-        allocated = sum(sizes[buffer] for buffer in self.allocating_stores(statement))
-        return self.restart_bytes(statement, sizes) + allocated
+    def dram_extra(
+        self,
+        runs: Mapping[int, tuple[int, bool]],
+        allocating: frozenset[str],
+        sizes: Mapping[str, float],
+    ) -> float:
+        """DRAM bytes beyond the footprint when a statement fetches it once: stream restarts
+        (`restart_bytes`), and the lines of large outputs stored without bypassing the caches
+        (`allocating`), which are read before they are written."""
+        return self.restart_bytes(runs, sizes) + math.fsum(sizes[buffer] for buffer in allocating)
 
     def allocating_stores(self, statement: Term) -> frozenset[str]:
-        """The `eqsat.core.loops.large_output` buffers that `statement` stores into through the
-        caches (not in `eqsat.core.loops.streamed_store` vector loops)."""
-        known = self._allocating.get(statement)
-        if known is None:
-            known = self._allocating[statement] = self._find_allocating(statement)
-        return known
+        """The buffers `statement` stores into through the caches (`_Touched.allocating`)."""
+        return self._statement(statement).touched.allocating
 
-    def _find_allocating(self, statement: Term) -> frozenset[str]:
-        a: tuple[Any, ...] = statement.args
-        match statement.op:
-            case "Stmt.store":
-                shape = _named_shape(a[1])
-                large = shape is not None and large_output(str(a[0]), shape, self.item_bytes)
-                return frozenset([str(a[0])]) if large else frozenset()
-            case "Stmt.accumulate":
-                return frozenset()  # the element is read anyway (the footprint has it)
-            case "Stmt.seq":
-                return self.allocating_stores(a[0]) | self.allocating_stores(a[1])
-            case "Stmt.alloc":
-                return self.allocating_stores(a[2])
-            case "Stmt.loop":
-                body = self.allocating_stores(a[2])
-                if body and a[1].op == "LoopKind.vector" and a[2].op == "Stmt.store":
-                    buffer, target = str(a[2].args[0]), a[2].args[1]
-                    shape = _named_shape(target)
-                    vector = shape is not None and vectorizable(a[0], a[2])
-                    if vector and streamed_store(
-                        buffer, shape, self.item_bytes, target, a[0], self.lanes  # type: ignore[arg-type]
-                    ):
-                        return body - {buffer}
-                return body
-        raise ValueError(f"not a statement: {statement.op}")
-
-    def restart_bytes(self, statement: Term, sizes: Mapping[str, float]) -> float:
-        """STREAM_RESTART_BYTES for every run shorter than a row in which `statement` reads a
-        buffer once (its `sizes` bytes, the shortest run of the buffer's accesses)."""
+    def restart_bytes(
+        self, runs: Mapping[int, tuple[int, bool]], sizes: Mapping[str, float]
+    ) -> float:
+        """STREAM_RESTART_BYTES for every run shorter than a row (`runs`: `_Touched.runs`) in
+        which a statement reads a buffer once (its `sizes` bytes, the shortest run of the
+        buffer's accesses)."""
         shortest: dict[str, int] = {}
-        for (buffer, index), (run, _) in self.stream_runs(statement).items():
-            if run < _row_length(index):
+        for access, (run, _) in runs.items():
+            buffer, _, row_length, _ = self._accesses[access]
+            if run < row_length:
                 shortest[buffer] = min(run, shortest.get(buffer, run))
         line, item = self.machine.line_bytes, self.item_bytes
         return STREAM_RESTART_BYTES * sum(
             sizes[buffer] / max(run * item, line) for buffer, run in shortest.items()
         )
 
-    def stream_runs(self, statement: Term) -> Mapping[tuple[str, Term], tuple[int, bool]]:
-        """For each access below `statement` that it streams (every loop of two or more trips
-        moves the access): how many consecutive elements of its last dimension it reads in a
-        row, in execution order, and whether one execution of `statement` reads just one such
-        run (else a loop moved to another row in between)."""
-        known = self._runs.get(statement)
-        if known is None:
-            known = self._runs[statement] = self._find_runs(statement)
-        return known
-
-    def _find_runs(self, statement: Term) -> dict[tuple[str, Term], tuple[int, bool]]:
-        a: tuple[Any, ...] = statement.args
-        match statement.op:
-            case "Stmt.store" | "Stmt.accumulate":
-                loads = [(str(load.args[0]), load.args[1]) for load in loads_in(a[-1])]
-                return {(str(a[0]), a[1]): (1, True), **{access: (1, True) for access in loads}}
-            case "Stmt.seq":
-                runs = dict(self.stream_runs(a[0]))
-                for access, (run, single) in self.stream_runs(a[1]).items():
-                    if access in runs:
-                        run, single = min(run, runs[access][0]), False
-                    runs[access] = (run, single)
-                return runs
-            case "Stmt.alloc":
-                return dict(self.stream_runs(a[2]))
-            case "Stmt.loop":
-                axis, trips = a[0], axis_extent(a[0])
-                runs = {}
-                for (buffer, index), (run, single) in self.stream_runs(a[2]).items():
-                    if single and _steps_one_run(index, axis, run):
-                        run *= trips
-                    elif depends_on(index, axis):
-                        single = False
-                    elif trips > 1:
-                        continue  # re-read: from cache, after the first pass (not a stream)
-                    runs[buffer, index] = (run, single)
-                return runs
-        raise ValueError(f"not a statement: {statement.op}")
-
     # ------------------------------------------------------------ footprints
 
-    def accesses(self, statement: Term) -> Accesses:
-        """The loads and stores of `statement` (memoized; see `Accesses`)."""
-        known = self._accesses.get(statement)
+    def touched(
+        self, accesses: Accesses, runs: Mapping[int, tuple[int, bool]], allocating: frozenset[str]
+    ) -> _Touched:
+        """The one `_Touched` of these facts (the order of `accesses` does not matter; sums over
+        buffers are `math.fsum`, exact whatever their order)."""
+        key = (frozenset(accesses.items()), tuple(runs.items()), allocating)
+        known = self._touched.get(key)
         if known is None:
-            known = self._accesses[statement] = self._find_accesses(statement)
+            sizes = self.bytes_per_buffer(accesses)
+            known = self._touched[key] = _Touched(
+                len(self._touched),
+                accesses,
+                runs,
+                allocating,
+                sizes,
+                math.fsum(sizes.values()),
+                self.dram_extra(runs, allocating, sizes),
+            )
         return known
 
-    def _find_accesses(self, statement: Term) -> Accesses:
-        a: tuple[Any, ...] = statement.args
-        match statement.op:
-            case "Stmt.store" | "Stmt.accumulate":
-                loads = [(load.args[0], load.args[1]) for load in loads_in(a[-1])]
-                touched = frozenset((str(buffer), index) for buffer, index in [a[:2], *loads])
-                return {frozenset(): touched}
-            case "Stmt.seq":
-                return _merged([*self.accesses(a[0]).items(), *self.accesses(a[1]).items()])
-            case "Stmt.alloc":
-                return self.accesses(a[2])
-            case "Stmt.loop":
-                axis = frozenset([a[0]])
-                return _merged(
-                    [(inner | axis, pairs) for inner, pairs in self.accesses(a[2]).items()]
-                )
-        raise ValueError(f"not a statement: {statement.op}")
+    def leaf_touched(self, statement: Term, loads: Sequence[Term]) -> _Touched:
+        """What a store or accumulate touches: its target, then its `loads`."""
+        buffer, target = str(statement.args[0]), statement.args[1]
+        assert isinstance(target, Term)
+        numbers = [self.access(buffer, target)]
+        numbers += [self.access(str(load.args[0]), load.args[1]) for load in loads]  # type: ignore[arg-type]
+        allocating: frozenset[str] = frozenset()
+        if statement.op == "Stmt.store":  # an accumulate reads its element (the footprint has it)
+            shape = _named_shape(target)
+            if shape is not None and large_output(buffer, shape, self.item_bytes):
+                allocating = frozenset([buffer])
+        return self.touched({0: frozenset(numbers)}, dict.fromkeys(numbers, (1, True)), allocating)
+
+    def in_sequence(self, first: _Touched, second: _Touched) -> _Touched:
+        """What `Stmt.seq` of statements that touch `first` and `second` touches: both; an
+        access streamed by both is a run of the shorter length, read twice."""
+        key = (first.number, second.number)
+        known = self._sequences.get(key)
+        if known is None:
+            runs = dict(first.runs)
+            for access, (run, single) in second.runs.items():
+                if access in runs:
+                    run, single = min(run, runs[access][0]), False
+                runs[access] = (run, single)
+            accesses = _merged([*first.accesses.items(), *second.accesses.items()])
+            allocating = first.allocating | second.allocating
+            known = self._sequences[key] = self.touched(accesses, runs, allocating)
+        return known
+
+    def along(self, axis: Term) -> _Along:
+        """What is known of loops over `axis` (`_Along`)."""
+        known = self._along.get(axis)
+        if known is None:
+            pieces = frozenset(pieces_of(axis))
+            known = self._along[axis] = _Along(
+                axis_extent(axis), mean_trips(axis), pieces, {}, {}, {}
+            )
+        return known
+
+    def loop_touched(
+        self, axis: Term, kind: Term, body_term: Term, body: _Touched, along: _Along
+    ) -> _Touched:
+        """What `Stmt.loop(axis, kind, body_term)` touches, from what its body touches (`along`:
+        the axis' `_Along`): each access's loop set grows by the axis, and a stream run grows
+        when the loop steps one run further along it."""
+        touched = along.loops.get(body.number)
+        if touched is None:
+            accesses = _merged(
+                [
+                    (self.loop_set(inner, axis, along), group)
+                    for inner, group in body.accesses.items()
+                ]
+            )
+            trips = along.extent
+            runs = {}
+            for access, (run, single) in body.runs.items():
+                step, moves = self.movement(access, axis, along)
+                if single and step == run:
+                    run *= trips
+                elif moves:
+                    single = False
+                elif trips > 1:
+                    continue  # re-read: from cache, after the first pass (not a stream)
+                runs[access] = (run, single)
+            touched = along.loops[body.number] = self.touched(accesses, runs, body.allocating)
+        allocating = touched.allocating
+        if allocating and kind.op == "LoopKind.vector" and body_term.op == "Stmt.store":
+            buffer, target = str(body_term.args[0]), body_term.args[1]
+            assert isinstance(target, Term)
+            shape = _named_shape(target)
+            if (
+                shape is not None
+                and vectorizable(axis, body_term)
+                and streamed_store(buffer, shape, self.item_bytes, target, axis, self.lanes)
+            ):
+                return self.touched(touched.accesses, touched.runs, allocating - {buffer})
+        return touched
+
+    def access(self, buffer: str, index: Term) -> int:
+        """The number of the access to `buffer` through index list `index`."""
+        number = self._access_numbers.get((buffer, index))
+        if number is None:
+            number = self._access_numbers[buffer, index] = len(self._accesses)
+            axes = frozenset(_named_axes(index))
+            self._accesses.append(_Access(buffer, index, _row_length(index), axes))
+        return number
+
+    def loop_set(self, inner: int, axis: Term, along: _Along) -> int:
+        """The number of loop set `inner` with `axis` added (`along`: the axis' `_Along`)."""
+        grown = along.grown.get(inner)
+        if grown is None:
+            axes = self._loop_sets[inner] | {axis}
+            grown = self._loop_set_numbers.get(axes)
+            if grown is None:
+                grown = self._loop_set_numbers[axes] = len(self._loop_sets)
+                self._loop_sets.append(axes)
+                self._lines.append({})
+            along.grown[inner] = grown
+        return grown
+
+    def movement(self, access: int, axis: Term, along: _Along) -> tuple[int, bool]:
+        """How a loop over `axis` moves `access`: the elements its trips step along the last
+        dimension when it moves nothing else (`_run_step`, else 0), and whether it moves the
+        access at all (`along`: the axis' `_Along`)."""
+        known = along.movements.get(access)
+        if known is None:
+            index = self._accesses[access].index_list
+            known = along.movements[access] = (_run_step(index, axis), depends_on(index, axis))
+        return known
 
     def bytes_per_buffer(self, accesses: Accesses) -> dict[str, float]:
         """Bytes of distinct cache lines each buffer's accesses touch; accesses to one buffer
         overlap (max)."""
         sizes: dict[str, float] = {}
-        for inner, pairs in accesses.items():
-            for buffer, index in pairs:
-                sizes[buffer] = max(sizes.get(buffer, 0.0), self.access_bytes(index, inner))
+        for inner, numbers in accesses.items():
+            lines = self._lines[inner]
+            for access in numbers:
+                size = lines.get(access)
+                if size is None:
+                    size = lines[access] = self.lines_bytes(access, self._loop_sets[inner])
+                buffer = self._accesses[access].buffer
+                sizes[buffer] = max(sizes.get(buffer, 0.0), size)
         return sizes
 
-    def access_bytes(self, index: Term, inner: frozenset[Term]) -> float:
-        """Bytes of the lines an access touches over the loops `inner`: the last dimension's
-        contiguous run is packed into lines, other dimensions multiply."""
-        key = (index, inner)
-        known = self._access_bytes.get(key)
+    def lines_bytes(self, access: int, inner: frozenset[Term]) -> float:
+        """`_lines_bytes` of `access` over the loops `inner`, memoized by the loops that bear
+        on it: those over an axis its index names or a piece split from one (a loop over
+        another axis neither moves it nor splits a loop that does)."""
+        _, index, _, axes = self._accesses[access]
+        bearing = frozenset([a for a in inner if not self._along[a].pieces.isdisjoint(axes)])
+        known = self._lines_over.get((index, bearing))
         if known is None:
-            known = self._access_bytes[key] = self._lines_bytes(index, inner)
+            known = self._lines_over[index, bearing] = self._lines_bytes(index, bearing)
         return known
 
     def _lines_bytes(self, index: Term, inner: frozenset[Term]) -> float:
+        """Bytes of the lines an access touches over the loops `inner`: the last dimension's
+        contiguous run is packed into lines, other dimensions multiply."""
         items = without_unit_tail(index_items(index))
         if not items:
             return float(self.machine.line_bytes)
@@ -524,22 +629,11 @@ def fetch_rates(machine: Machine) -> tuple[tuple[float, float, float], float]:
     return (max(l2, l3, dram), max(l3, dram), dram), scaling
 
 
-def _largest(first: Mapping[str, float], second: Mapping[str, float]) -> dict[str, float]:
-    """The larger size per buffer of two statements' `bytes_per_buffer`."""
-    if len(first) < len(second):
-        first, second = second, first
-    sizes = dict(first)
-    for buffer, size in second.items():
-        if size > sizes.get(buffer, 0.0):
-            sizes[buffer] = size
-    return sizes
-
-
-def _merged(groups: Iterable[tuple[frozenset[Term], frozenset[tuple[str, Term]]]]) -> Accesses:
-    """`groups` as Accesses: the pairs of equal loop sets united."""
-    merged: dict[frozenset[Term], frozenset[tuple[str, Term]]] = {}
-    for inner, pairs in groups:
-        merged[inner] = merged[inner] | pairs if inner in merged else pairs
+def _merged(groups: Iterable[tuple[int, frozenset[int]]]) -> Accesses:
+    """`groups` as Accesses: the accesses of equal loop sets united."""
+    merged: dict[int, frozenset[int]] = {}
+    for inner, numbers in groups:
+        merged[inner] = merged[inner] | numbers if inner in merged else numbers
     return merged
 
 
@@ -555,6 +649,13 @@ def _distinct(
             return axis_extent(axis)
         return math.prod(extent for pieces, extent in leaves if axis in pieces)
     return math.prod(_distinct(a, inner, leaves) for a in index.args if isinstance(a, Term))
+
+
+def _named_axes(index: Term) -> list[Term]:
+    """The axes of the `Index.axis` terms inside `index`."""
+    if index.op == "Index.axis":
+        return [index.args[0]]  # type: ignore[list-item]
+    return [axis for a in index.args if isinstance(a, Term) for axis in _named_axes(a)]
 
 
 def _contiguous_run(index: Term, inner: frozenset[Term]) -> int:
@@ -594,17 +695,18 @@ def _row_length(index: Term) -> int:
     return 1
 
 
-def _steps_one_run(index: Term, axis: Term, run: int) -> bool:
-    """True when a loop over `axis` moves only the last index of `index`, by exactly `run`
-    elements per trip: its trips read one run after the other."""
+def _run_step(index: Term, axis: Term) -> int:
+    """The elements a loop over `axis` steps the last index of `index` by per trip, when it moves
+    only that index, a plain axis that `axis` is a piece of (so that its trips read one run after
+    the other when a run is that long); else 0."""
     items = without_unit_tail(index_items(index))
     if not items or any(moves_with(item, axis) for item in items[:-1]):
-        return False
+        return 0
     last = items[-1]
     if last.op != "Index.axis":
-        return False
+        return 0
     walked = last.args[0]
-    return walked in pieces_of(axis) and _stride(axis, walked) == run  # type: ignore[arg-type]
+    return _stride(axis, walked) if walked in pieces_of(axis) else 0  # type: ignore[arg-type]
 
 
 def _stride(axis: Term, ancestor: Term) -> int:

@@ -1,9 +1,11 @@
 """Extraction (extract/extractor.py) against its straightforward definition.
 
-The extractor reads egglog's tables instead of its JSON and prices only what changed, so these
-tests pin that nothing else changed: the graph read is the JSON's, node for node and in the same
-order; the terms and costs chosen are those of the plain worklist below (every node of a visited
-e-class priced for every combination of its children's candidates, as eqsat first had it), with
+The extractor reads egglog's tables instead of its JSON, prices only what the root can use and
+only what changed, and its cost model shares what statements have in common, so these tests pin
+that nothing else changed: the graph read is the JSON's, node for node and in the same order; the
+terms and costs chosen are those of the plain worklist below (every e-class visited, every node
+of a visited e-class priced for every combination of its children's candidates, as eqsat first
+had it), on the kernels of fixed and random programs and on random e-graphs with many ties, with
 every cost equal to a fresh `LoopCost` estimate of its term; a deadline, even one already past,
 still gives a term of the root (one that computes what the program computes), flagged
 incomplete; and the same graph gives the same program, whatever the hash seed.
@@ -19,26 +21,28 @@ import pickle
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from egglog import EGraph
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import eqsat
 from eqsat.core.interp import run
 from eqsat.core.saturate import Limits, saturate
 from eqsat.core.terms import CONSTRUCTORS, Arg, LoopProgram, Term, to_egglog, to_term
 from eqsat.extract import extractor
-from eqsat.extract.extractor import NodeCost, SerializedGraph
+from eqsat.extract.extractor import NodeCost, SerializedGraph, _Node
 from eqsat.extract.loop_cost import LoopCost
 from eqsat.extract.tensor_cost import TensorCost
 from eqsat.rewrites.algebra import algebra_rules
 from eqsat.rewrites.algebra_facts import algebra_facts
 from eqsat.rewrites.schedule import ROOT, schedule
-from tests.programs import assert_variant_agrees
+from tests.programs import assert_variant_agrees, programs
 from tests.test_loops import AVX512, lowered
 
 PROGRAMS: dict[str, Callable[[], eqsat.Tensor]] = {
@@ -173,6 +177,92 @@ def test_stage_one_chooses_what_the_plain_worklist_chooses() -> None:
     assert list(graph.extract_top(root, TensorCost(), 8)) == expected
 
 
+@st.composite
+def egraphs(draw: st.DrawFn) -> tuple[dict[str, list[Node]], str]:
+    """A random e-graph as `json_classes` reads one, and its root: cycles, e-classes the root
+    does not reach, shared children, literals and Vecs; e-class ids whose string order is not
+    the graph's order (as egglog's "Stmt-10" < "Stmt-9"), node ids whose order is not either.
+    Like egglog's, its nodes are hash-consed (no two nodes of one op and children, no two
+    literals of one value), so no two e-classes hold one term."""
+    ids = [f"S-{k}" for k in draw(st.permutations(range(draw(st.integers(1, 14)))))]
+    classes: dict[str, list[Node]] = {}
+    made: set[Any] = set()
+    for eclass in ids:
+        nodes: list[Node] = []
+        for _ in range(draw(st.integers(1, 3))):
+            key = f"node-{draw(st.integers(0, 40))}-{len(nodes)}-{eclass}"
+            if draw(st.integers(0, 4)) == 0:
+                node: Node = (key, "literal", (), draw(st.integers(0, 5)))
+                signature: Any = node[3]
+            else:
+                op = draw(st.sampled_from(["Stmt.max", "Stmt.sum", "Vec"]))
+                node = (key, op, tuple(draw(st.lists(st.sampled_from(ids), max_size=3))), None)
+                signature = node[1:3]
+            if signature not in made:
+                made.add(signature)
+                nodes.append(node)
+        classes[eclass] = nodes
+    return classes, draw(st.sampled_from(ids))
+
+
+def tied_cost(op: str, children: object, child_costs: Sequence[float]) -> float:
+    """Small whole numbers, so many candidates tie (the order found decides); more than any
+    child, so that going round a cycle never pays."""
+    if op == "Stmt.sum":
+        return 1.0 + sum(child_costs)
+    return 1.0 + max(child_costs, default=0.0)
+
+
+def graph_of(classes: dict[str, list[Node]]) -> SerializedGraph:
+    graph = SerializedGraph.__new__(SerializedGraph)
+    graph.classes = {c: [_Node(*node) for node in nodes] for c, nodes in classes.items()}
+    graph.lets = {}
+    return graph
+
+
+@settings(max_examples=300, deadline=None)
+@given(egraphs(), st.integers(1, 4))
+def test_extract_top_chooses_what_the_plain_worklist_chooses_on_random_egraphs(
+    egraph: tuple[dict[str, list[Node]], str], n: int
+) -> None:
+    classes, root = egraph
+    expected = plain_top(classes, root, tied_cost, n)
+    graph = graph_of(classes)
+    if not expected:
+        with pytest.raises(ValueError, match="no finite term"):
+            graph.extract_top(root, tied_cost, n)
+        return
+    assert list(graph.extract_top(root, tied_cost, n)) == expected
+    assert list(graph.extract_top(root, tied_cost, n)) == expected  # the index, built once
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(max_ops=4, dims=st.sampled_from([33, 64, 100, 256])), st.sampled_from([1, 4]))
+def test_random_programs_choose_what_the_plain_worklist_chooses(program: Any, n: int) -> None:
+    """Loop e-graphs of random programs, extracted with the cost model, whose every price is
+    then checked against a fresh `LoopCost` (memoized facts must not leak between statements)."""
+    loops = lowered(program.outputs[0])
+    egraph, _ = schedule(loops.body, AVX512, loops.dtype, Limits(nodes=3_000, seconds=30))
+    graph = SerializedGraph(egraph)
+    root = graph.root(ROOT)
+    priced: list[tuple[Term, float]] = []
+
+    def recorded(op: str, children: Sequence[Arg], child_costs: Sequence[float]) -> float:
+        cost = shared(op, children, child_costs)
+        if op.startswith("Stmt."):
+            priced.append((Term(op, tuple(children)), cost))
+        return cost
+
+    shared = LoopCost(AVX512, loops.dtype)
+    extraction = graph.extract_top(root, recorded, n)  # a plain NodeCost: no `term_cost`
+    plain = plain_top(json_classes(egraph), root, LoopCost(AVX512, loops.dtype), n)
+    assert list(extraction) == plain
+    assert list(graph.extract_top(root, LoopCost(AVX512, loops.dtype), n)) == plain
+    for term, cost in [*extraction, *priced[:: max(1, len(priced) // 40)]]:
+        assert isinstance(term, Term)
+        assert cost == LoopCost(AVX512, loops.dtype).estimate(term).cycles
+
+
 # ---------------------------------------------------------------- the deadline
 
 
@@ -249,11 +339,12 @@ def test_one_egraph_always_gives_the_same_program() -> None:
     )
 
 
-def test_hash_seeds_do_not_change_the_choice(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["softmax", "mlp"])
+def test_hash_seeds_do_not_change_the_choice(name: str, tmp_path: Path) -> None:
     """String hashing, and so the order of sets and dicts of terms, differs between these
     processes; given the same graph, the choice may not. (egglog itself numbers the e-nodes of
     one program differently from one process to the next, so the graph is passed as data.)"""
-    graph = SerializedGraph(kernel("softmax")[1])
+    graph = SerializedGraph(kernel(name)[1])
     stored = tmp_path / "graph.pickle"
     stored.write_bytes(pickle.dumps((graph.classes, graph.lets)))
     outputs = [
