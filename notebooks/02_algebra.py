@@ -200,8 +200,10 @@ for _ in range(4):
 # %% [markdown]
 # ## Stopping early
 #
-# egglog itself has no node or time limit, so the driver checks them between rounds. With a
-# limit of 150 e-nodes it stops after round 3 and reports `node limit`. A limit is never an
+# egglog itself has no node or time limit, so the driver checks them between rounds, and does not
+# start a round predicted to pass one (the last round's growth again). With a limit of 150 e-nodes
+# it stops after round 2 at 75 e-nodes, predicting round 3 past the limit, and reports
+# `node limit`. A limit is never an
 # error: the cheapest form found so far is extracted. It is still equal to the chain (checked
 # with the reference interpreter), and cheaper than the order as written, but not optimal.
 
@@ -211,7 +213,8 @@ print(early_report.summary())
 print(f"{format_tensor(early_form)}: {matmul_flops(early_form):,} flops")
 inputs = {f"M{i}": rng.standard_normal((dims[i], dims[i + 1])) for i in range(len(dims) - 1)}
 np.testing.assert_allclose(evaluate(early_form, inputs), evaluate(form, inputs), rtol=1e-9)
-assert early_report.stop_reason == "node limit" and early_report.iterations == 3
+assert early_report.stop_reason == "node limit" and early_report.stop_predicted
+assert early_report.iterations == 2 and early_report.nodes < 150
 assert optimal_chain_flops(dims) < matmul_flops(early_form) < written_flops
 
 # %% [markdown]
