@@ -230,8 +230,6 @@ def softmax(x: Any) -> Any:
 
 UNARY: dict[str, Callable[[Any], Any]] = {
     "exp": np.exp,  # exp(-inf) = 0, exp(inf) = inf
-    "log": np.log,  # NaN below 0, -inf at ±0
-    "sqrt": np.sqrt,  # NaN below 0
     "tanh": np.tanh,
     "sigmoid": sigmoid,
     "relu": relu,
@@ -240,13 +238,17 @@ UNARY: dict[str, Callable[[Any], Any]] = {
     "square": lambda x: x * x,
     "softmax": softmax,
 }
-# Binary ops with a new input `y`. Division is by an input only: an identity may change the
-# sign of a computed zero (ARCHITECTURE §4), which 1/0 would turn into the sign of an inf.
+# Binary ops with a new input `y`. Division, log and sqrt, which make ±inf or NaN at 0 or below
+# it, take an input: an identity exact in real numbers may round a computed value to 0 in one
+# form only (numpy's log(exp(1e-9)) is log(1.0) = 0) or change the sign of a computed zero
+# (ARCHITECTURE §4), and a computed argument would then make ±inf or NaN in one form only.
 BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
     "div": np.divide,
+    "log": lambda x, y: x + np.log(y),  # NaN below 0, -inf at ±0
+    "sqrt": lambda x, y: x * np.sqrt(y),  # NaN below 0
     "maximum": np.maximum,
     "maximum-yx": lambda x, y: np.maximum(y, x),
     "minimum": np.minimum,
