@@ -201,9 +201,11 @@ ROW_SCALES = tuple(
 
 
 
-def softmax_numerator(x: TExpr, i: i64, s: Vec[i64]) -> TExpr:
-    """exp(x - max(x, i)), the max kept as shape s: the numerator of the frontend's softmax."""
-    return TExpr.unary("exp", TExpr.binary("sub", x, TExpr.reshape(TExpr.reduce("max", i, x), s)))
+def softmax_parts(x: TExpr, i: i64, s: Vec[i64]) -> tuple[TExpr, TExpr]:
+    """The numerator e = exp(x - max(x, i)) and denominator sum(e, i) of the frontend's
+    softmax over axis i, the max and the sum kept as shape s."""
+    e = TExpr.unary("exp", TExpr.binary("sub", x, TExpr.reshape(TExpr.reduce("max", i, x), s)))
+    return e, TExpr.reshape(TExpr.reduce("sum", i, e), s)
 
 
 def keeps_rows(x: TExpr, i: i64, s: Vec[i64]) -> list[FactLike]:
@@ -218,9 +220,9 @@ def keeps_rows(x: TExpr, i: i64, s: Vec[i64]) -> list[FactLike]:
     ]
 
 
-def row_sums(x: TExpr, t: Vec[i64]) -> list[FactLike]:
-    """t is x's shape with a last dimension of 1 (one factor per row of x@y)."""
-    return [eq(t).to(shape_of(x).pop().push(i64(1)))]
+def row_sums(x: TExpr, s: Vec[i64]) -> list[FactLike]:
+    """s is x's shape with a last dimension of 1 (one factor per row of x@y)."""
+    return [eq(s).to(shape_of(x).pop().push(i64(1)))]
 
 
 # A softmax's row sums are in [1, n] (exp(0) = 1 at the max, exp(<= 0) elsewhere) or NaN, so
@@ -230,19 +232,10 @@ SOFTMAX = (
     Identity(
         "softmax-matmul",
         "(e / sum(e, i)) @ y -> (e @ y) / sum(e, i), e = exp(x - max(x, i))",
-        {"x": TExpr, "y": TExpr, "i": i64, "s": Vec[i64], "t": Vec[i64]},
-        lambda x, y, i, s, t: matmul(
-            TExpr.binary(
-                "div",
-                softmax_numerator(x, i, s),
-                TExpr.reshape(TExpr.reduce("sum", i, softmax_numerator(x, i, s)), t),
-            ),
-            y,
-        ),
-        lambda x, y, i, s, t: TExpr.binary(
-            "div",
-            matmul(softmax_numerator(x, i, s), y),
-            TExpr.reshape(TExpr.reduce("sum", i, softmax_numerator(x, i, s)), t),
+        {"x": TExpr, "y": TExpr, "i": i64, "s": Vec[i64]},
+        lambda x, y, i, s: matmul(TExpr.binary("div", *softmax_parts(x, i, s)), y),
+        lambda x, y, i, s: TExpr.binary(
+            "div", matmul(softmax_parts(x, i, s)[0], y), softmax_parts(x, i, s)[1]
         ),
         guard=(keeps_rows, row_sums),
     ),

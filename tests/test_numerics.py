@@ -81,6 +81,25 @@ def test_interpreter_follows_numpy_on_special_values() -> None:
         np.testing.assert_array_equal(run(lower([term]), inputs)[0], want, err_msg=name)
 
 
+# ---------------------------------------------------------------- assume_finite
+
+
+def test_assume_finite_is_an_opt_in_of_compile_and_jit_that_explain_reports() -> None:
+    """x - x is NaN for inf and NaN inputs, as numpy says, unless the caller promised finite
+    inputs: then sub-self makes it 0, and explain() says the promise was made."""
+    x = np.array([1.5, np.inf, -np.inf, np.nan], np.float32)
+    default = eqsat.jit(lambda x: x - x)
+    finite = eqsat.jit(assume_finite=True)(lambda x: x - x)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(default(x), x - x)
+    np.testing.assert_array_equal(finite(x), np.zeros(4, np.float32))
+    assert "finite-only identities off" in default.kernel_for(x).explain()
+    assert "assume_finite=True" in finite.kernel_for(x).explain()
+    assert "fired: sub-self" in finite.kernel_for(x).explain()
+    compiled_finite = eqsat.compile(eqsat.tensor("x", (4,)) * 0.0, assume_finite=True)
+    assert "fired: mul-zero" in compiled_finite.explain()
+
+
 # ---------------------------------------------------------------- max, min, relu lane by lane
 
 N = 37  # two whole AVX-512 float32 vectors and a 5-lane tail; four AVX2 vectors and a tail
