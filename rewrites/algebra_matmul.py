@@ -200,7 +200,6 @@ ROW_SCALES = tuple(
 )
 
 
-
 def softmax_parts(x: TExpr, i: i64, s: Vec[i64]) -> tuple[TExpr, TExpr]:
     """The numerator e = exp(x - max(x, i)) and denominator sum(e, i) of the frontend's
     softmax over axis i, the max and the sum kept as shape s."""
@@ -208,21 +207,12 @@ def softmax_parts(x: TExpr, i: i64, s: Vec[i64]) -> tuple[TExpr, TExpr]:
     return e, TExpr.reshape(TExpr.reduce("sum", i, e), s)
 
 
-def keeps_rows(x: TExpr, i: i64, s: Vec[i64]) -> list[FactLike]:
-    """s is x's shape with a 1 at axis i, so x minus max(x, i) as s subtracts each row's max.
+def per_row(x: TExpr, i: i64, s: Vec[i64]) -> list[FactLike]:
+    """s is x's shape with a last dimension of 1, and s[i] = 1.
 
-    (s has x's rank, a 1 at i and the count of max(x, i); the difference has x's shape.)"""
-    centered = TExpr.binary("sub", x, TExpr.reshape(TExpr.reduce("max", i, x), s))
-    return [
-        eq(s.length()).to(shape_of(x).length()),
-        eq(s[i]).to(i64(1)),
-        eq(shape_of(centered)).to(shape_of(x)),
-    ]
-
-
-def row_sums(x: TExpr, s: Vec[i64]) -> list[FactLike]:
-    """s is x's shape with a last dimension of 1 (one factor per row of x@y)."""
-    return [eq(s).to(shape_of(x).pop().push(i64(1)))]
+    So i is the last axis (or x's is 1 there): each row of x loses its own max, and the sums
+    are one factor per row of x@y."""
+    return [eq(s).to(shape_of(x).pop().push(i64(1))), eq(s[i]).to(i64(1))]
 
 
 # A softmax's row sums are in [1, n] (exp(0) = 1 at the max, exp(<= 0) elsewhere) or NaN, so
@@ -237,7 +227,7 @@ SOFTMAX = (
         lambda x, y, i, s: TExpr.binary(
             "div", matmul(softmax_parts(x, i, s)[0], y), softmax_parts(x, i, s)[1]
         ),
-        guard=(keeps_rows, row_sums),
+        guard=(per_row,),
     ),
 )
 
