@@ -8,12 +8,14 @@ x*x, x**-1 is 1/x), so they need no rule of their own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from egglog import Vec, eq, f64, i64, ne
 from egglog.egraph import FactLike
 
 from eqsat.core.terms import TExpr
 from eqsat.rewrites.algebra_facts import few_operands, has_shape, single_operand
-from eqsat.rewrites.rule import Identity
+from eqsat.rewrites.rule import Identity, Predicate
 
 X = {"x": TExpr}
 XY = {"x": TExpr, "y": TExpr}
@@ -66,14 +68,36 @@ def not_a_sum(z: TExpr) -> list[FactLike]:
     return single_operand("add", z)
 
 
+def zeros_like(x: TExpr, s: Vec[i64]) -> list[FactLike]:
+    """s is the shape of x, of rank at least 1 (binds s).
+
+    A rank-0 x may be a constant c, and c * 0 -> 0 would put c * 0 in the e-class of 0, where
+    associativity folds every power of c (see `new_value`)."""
+    return [*has_shape(x, s), s.length() > 0]
+
+
 def normal_reciprocal(c: f64, r: f64) -> list[FactLike]:
     """1e-30 <= |c| <= 1e30, so r = 1/c is a normal float32."""
     return [abs(c) >= 1e-30, abs(c) <= 1e30, eq(r).to(f64(1.0) / c)]
 
 
 def nonzero_divisor(a: f64, b: f64, q: f64) -> list[FactLike]:
-    """b != 0 (binds q = a / b)."""
-    return [ne(b).to(f64(0.0)), eq(q).to(a / b)]
+    """b != 0 and q = a / b is neither a nor b (binds q; `new_value` says why)."""
+    return [ne(b).to(f64(0.0)), eq(q).to(a / b), ne(q).to(a), ne(q).to(b)]
+
+
+def new_value(fold: Callable[[f64, f64], f64]) -> Predicate:
+    """The guard of folding const(a) ∘ const(b): the result r is neither a nor b.
+
+    A fold that gives back an operand (c * 0 = 0, c + inf = inf, c * nan = nan, c * 1 = c)
+    puts the term in the e-class of its own operand, and associativity then folds every power
+    of the other constant (0 = c * 0 = c * c * 0 = ...) until the limits stop the stage."""
+
+    def new_value(a: f64, b: f64, r: f64) -> list[FactLike]:
+        """r = a ∘ b is neither a nor b (binds r)."""
+        return [eq(r).to(fold(a, b)), ne(r).to(a), ne(r).to(b)]
+
+    return new_value
 
 
 ARITHMETIC = (
@@ -137,7 +161,7 @@ ARITHMETIC = (
         XS,
         lambda x: mul(x, const(0.0)),
         lambda s: zeros(s),
-        guard=(has_shape,),
+        guard=(zeros_like,),
         finite_only=True,
     ),
     Identity(
@@ -256,9 +280,10 @@ CONSTANT_FOLDING = (
         Identity(
             f"fold-{op}",
             f"const(a) {sign} const(b) -> const(a {sign} b)",
-            AB,
+            {"a": f64, "b": f64, "r": f64},
             lambda a, b, op=op: TExpr.binary(op, const(a), const(b)),
-            lambda a, b, fold=fold: const(fold(a, b)),
+            lambda r: const(r),
+            guard=(new_value(fold),),
         )
         for op, sign, fold in (
             ("add", "+", lambda a, b: a + b),

@@ -7,7 +7,9 @@ stage-1 cost then picks the order with the fewest flops.
 
 from __future__ import annotations
 
-from egglog import Vec, eq, i64
+import math
+
+from egglog import Vec, eq, f64, i64, ne
 from egglog.egraph import FactLike
 
 from eqsat.core.terms import TExpr
@@ -24,6 +26,7 @@ from eqsat.rewrites.rule import Identity
 XYC = {"x": TExpr, "y": TExpr, "c": TExpr}
 XYP = {"x": TExpr, "y": TExpr, "p": Vec[i64]}
 XYR = {"x": TExpr, "y": TExpr, "r": TExpr}
+XYV = {"x": TExpr, "y": TExpr, "v": f64}
 
 
 def matmul(a: TExpr, b: TExpr) -> TExpr:
@@ -117,44 +120,50 @@ DISTRIBUTIVE = tuple(
     )
 )
 
-# A rank-0 factor can scale whichever operand (or the result) is smallest.
-SCALARS = (
-    Identity(
-        "matmul-scalar-out-left",
-        "(x*c)@y -> (x@y)*c",
-        XYC,
-        lambda x, y, c: matmul(mul(x, c), y),
-        lambda x, y, c: mul(matmul(x, y), c),
-        guard=(scalar_factor,),
-        finite_only=True,
-    ),
-    Identity(
-        "matmul-scalar-out-right",
-        "x@(y*c) -> (x@y)*c",
-        XYC,
-        lambda x, y, c: matmul(x, mul(y, c)),
-        lambda x, y, c: mul(matmul(x, y), c),
-        guard=(scalar_factor,),
-        finite_only=True,
-    ),
-    Identity(
-        "matmul-scalar-in-left",
-        "(x@y)*c -> (x*c)@y",
-        XYC,
-        lambda x, y, c: mul(matmul(x, y), c),
-        lambda x, y, c: matmul(mul(x, c), y),
-        guard=(scalar_factor,),
-        finite_only=True,
-    ),
-    Identity(
-        "matmul-scalar-in-right",
-        "(x@y)*c -> x@(y*c)",
-        XYC,
-        lambda x, y, c: mul(matmul(x, y), c),
-        lambda x, y, c: matmul(x, mul(y, c)),
-        guard=(scalar_factor,),
-        finite_only=True,
-    ),
+# A rank-0 factor can scale whichever operand (or the result) is smallest: (x*c)@y -> (x@y)*c
+# and back, as (name, identity, left side, right side) over a factor f.
+SCALAR_MOVES = (
+    ("out-left", "(x*{f})@y -> (x@y)*{f}", lambda x, y, f: matmul(mul(x, f), y),
+     lambda x, y, f: mul(matmul(x, y), f)),
+    ("out-right", "x@(y*{f}) -> (x@y)*{f}", lambda x, y, f: matmul(x, mul(y, f)),
+     lambda x, y, f: mul(matmul(x, y), f)),
+    ("in-left", "(x@y)*{f} -> (x*{f})@y", lambda x, y, f: mul(matmul(x, y), f),
+     lambda x, y, f: matmul(mul(x, f), y)),
+    ("in-right", "(x@y)*{f} -> x@(y*{f})", lambda x, y, f: mul(matmul(x, y), f),
+     lambda x, y, f: matmul(x, mul(y, f))),
+)  # fmt: skip
+
+
+def finite_nonzero(v: f64) -> list[FactLike]:
+    """v is finite and not 0 (v times x is ±inf or NaN exactly where x is, and 0 where x is)."""
+    return [ne(v).to(f64(0.0)), abs(v) < f64(math.inf)]
+
+
+# Any rank-0 factor c is finite-only: a 0 or an inf in c makes NaN in one order only (0 * inf).
+# A finite nonzero constant scales each term of the product's sums alike, so moving it holds
+# for inf and NaN too, and the optimizer uses it by default (`matmul-const-*`).
+SCALARS = tuple(
+    identity
+    for move, text, lhs, rhs in SCALAR_MOVES
+    for identity in (
+        Identity(
+            f"matmul-scalar-{move}",
+            text.format(f="c"),
+            XYC,
+            lambda x, y, c, lhs=lhs: lhs(x, y, c),
+            lambda x, y, c, rhs=rhs: rhs(x, y, c),
+            guard=(scalar_factor,),
+            finite_only=True,
+        ),
+        Identity(
+            f"matmul-const-{move}",
+            text.format(f="const(v)"),
+            XYV,
+            lambda x, y, v, lhs=lhs: lhs(x, y, TExpr.const(v)),
+            lambda x, y, v, rhs=rhs: rhs(x, y, TExpr.const(v)),
+            guard=(finite_nonzero,),
+        ),
+    )
 )
 
 
@@ -190,6 +199,38 @@ ROW_SCALES = tuple(
     )
 )
 
+
+def softmax_parts(x: TExpr, i: i64, s: Vec[i64]) -> tuple[TExpr, TExpr]:
+    """The numerator e = exp(x - max(x, i)) and denominator sum(e, i) of the frontend's
+    softmax over axis i, the max and the sum kept as shape s."""
+    e = TExpr.unary("exp", TExpr.binary("sub", x, TExpr.reshape(TExpr.reduce("max", i, x), s)))
+    return e, TExpr.reshape(TExpr.reduce("sum", i, e), s)
+
+
+def per_row(x: TExpr, i: i64, s: Vec[i64]) -> list[FactLike]:
+    """s is x's shape with a last dimension of 1, and s[i] = 1.
+
+    So i is the last axis (or x's is 1 there): each row of x loses its own max, and the sums
+    are one factor per row of x@y."""
+    return [eq(s).to(shape_of(x).pop().push(i64(1))), eq(s[i]).to(i64(1))]
+
+
+# A softmax's row sums are in [1, n] (exp(0) = 1 at the max, exp(<= 0) elsewhere) or NaN, so
+# dividing by them commutes with the product's sums for inf and NaN too: attention divides
+# after @ V (m*n divisions) by default, which matmul-row-div-out does only under assume_finite.
+SOFTMAX = (
+    Identity(
+        "softmax-matmul",
+        "(e / sum(e, i)) @ y -> (e @ y) / sum(e, i), e = exp(x - max(x, i))",
+        {"x": TExpr, "y": TExpr, "i": i64, "s": Vec[i64]},
+        lambda x, y, i, s: matmul(TExpr.binary("div", *softmax_parts(x, i, s)), y),
+        lambda x, y, i, s: TExpr.binary(
+            "div", matmul(softmax_parts(x, i, s)[0], y), softmax_parts(x, i, s)[1]
+        ),
+        guard=(per_row,),
+    ),
+)
+
 TRANSPOSES = (
     Identity(
         "transpose-matmul",
@@ -209,4 +250,4 @@ TRANSPOSES = (
     ),
 )
 
-IDENTITIES = CHAINS + DISTRIBUTIVE + SCALARS + ROW_SCALES + TRANSPOSES
+IDENTITIES = CHAINS + DISTRIBUTIVE + SCALARS + ROW_SCALES + SOFTMAX + TRANSPOSES

@@ -81,6 +81,25 @@ def test_interpreter_follows_numpy_on_special_values() -> None:
         np.testing.assert_array_equal(run(lower([term]), inputs)[0], want, err_msg=name)
 
 
+# ---------------------------------------------------------------- assume_finite
+
+
+def test_assume_finite_is_an_opt_in_of_compile_and_jit_that_explain_reports() -> None:
+    """x - x is NaN for inf and NaN inputs, as numpy says, unless the caller promised finite
+    inputs: then sub-self makes it 0, and explain() says the promise was made."""
+    x = np.array([1.5, np.inf, -np.inf, np.nan], np.float32)
+    default = eqsat.jit(lambda x: x - x)
+    finite = eqsat.jit(assume_finite=True)(lambda x: x - x)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(default(x), x - x)
+    np.testing.assert_array_equal(finite(x), np.zeros(4, np.float32))
+    assert "finite-only identities off" in default.kernel_for(x).explain()
+    assert "assume_finite=True" in finite.kernel_for(x).explain()
+    assert "fired: sub-self" in finite.kernel_for(x).explain()
+    compiled_finite = eqsat.compile(eqsat.tensor("x", (4,)) * 0.0, assume_finite=True)
+    assert "fired: mul-zero" in compiled_finite.explain()
+
+
 # ---------------------------------------------------------------- max, min, relu lane by lane
 
 N = 37  # two whole AVX-512 float32 vectors and a 5-lane tail; four AVX2 vectors and a tail
@@ -230,8 +249,6 @@ def softmax(x: Any) -> Any:
 
 UNARY: dict[str, Callable[[Any], Any]] = {
     "exp": np.exp,  # exp(-inf) = 0, exp(inf) = inf
-    "log": np.log,  # NaN below 0, -inf at ±0
-    "sqrt": np.sqrt,  # NaN below 0
     "tanh": np.tanh,
     "sigmoid": sigmoid,
     "relu": relu,
@@ -240,13 +257,17 @@ UNARY: dict[str, Callable[[Any], Any]] = {
     "square": lambda x: x * x,
     "softmax": softmax,
 }
-# Binary ops with a new input `y`. Division is by an input only: an identity may change the
-# sign of a computed zero (ARCHITECTURE §4), which 1/0 would turn into the sign of an inf.
+# Binary ops with a new input `y`. Division, log and sqrt, which make ±inf or NaN at 0 or below
+# it, take an input: an identity exact in real numbers may round a computed value to 0 in one
+# form only (numpy's log(exp(1e-9)) is log(1.0) = 0) or change the sign of a computed zero
+# (ARCHITECTURE §4), and a computed argument would then make ±inf or NaN in one form only.
 BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
     "div": np.divide,
+    "log": lambda x, y: x + np.log(y),  # NaN below 0, -inf at ±0
+    "sqrt": lambda x, y: x * np.sqrt(y),  # NaN below 0
     "maximum": np.maximum,
     "maximum-yx": lambda x, y: np.maximum(y, x),
     "minimum": np.minimum,
