@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -49,18 +48,12 @@ class KernelRecord:
     stages: tuple[SaturationReport, ...]
 
     def to_json(self) -> dict[str, Any]:
-        stages = [  # asdict would rebuild `matches` by Counter(pairs), counting the pairs
-            {**vars(stage), "matches": dict(stage.matches)} for stage in self.stages
-        ]
-        return {**asdict(self), "stages": stages}
+        return {**asdict(self), "stages": [stage.as_dict() for stage in self.stages]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> KernelRecord:
         """The record `to_json` wrote; KeyError, TypeError or ValueError if `data` is not one."""
-        stages = tuple(
-            SaturationReport(**{**stage, "matches": Counter(stage["matches"])})
-            for stage in data["stages"]
-        )
+        stages = tuple(SaturationReport.from_dict(stage) for stage in data["stages"])
         record = cls(
             c_source=data["c_source"],
             isa=data["isa"],
@@ -78,14 +71,15 @@ class KernelRecord:
 
 def entry_key(parts: Sequence[Any]) -> str:
     """Hex sha256 of `parts` (JSON-serializable, or by `repr`) with this module's own parts."""
-    every = [ENTRY_VERSION, source_digest(), metadata.version("egglog"), *parts]
+    every = [ENTRY_VERSION, source_digest(), *parts]
     return hashlib.sha256(json.dumps(every, default=repr).encode()).hexdigest()
 
 
 @functools.cache
 def source_digest() -> str:
-    """Hex sha256 of the Python files of DECIDING_PACKAGES, read once per process."""
-    digest = hashlib.sha256()
+    """Hex sha256 of the Python files of DECIDING_PACKAGES and of egglog's version, read once
+    per process."""
+    digest = hashlib.sha256(metadata.version("egglog").encode())
     for package in DECIDING_PACKAGES:
         folder = Path(import_module(package).__file__ or "").parent
         for path in sorted(folder.glob("*.py")):

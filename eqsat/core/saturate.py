@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import cast
+from typing import Any, cast
 
 from egglog import (
     EggSmolError,
@@ -106,7 +106,7 @@ STEP_TIME_GROWTH = 1.5
 class SaturationReport:
     stage: str
     stop_reason: str = "not run"  # saturated | node limit | time limit | iteration limit
-    stop_predicted: bool = False  # stopped before a round predicted to pass the limit
+    stop_predicted: bool = False  # stopped before a step predicted to pass the limit
     iterations: int = 0
     nodes: int = 0
     seconds: float = 0.0
@@ -126,6 +126,16 @@ class SaturationReport:
             f"{self.nodes} e-nodes, {self.seconds:.2f} s; {extraction} in "
             f"{self.extraction_seconds:.2f} s; rules fired: {fired or 'none'}"
         )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as plain JSON values (`asdict` would rebuild `matches` as Counter(pairs),
+        counting the pairs)."""
+        return {**vars(self), "matches": dict(self.matches)}
+
+    @classmethod
+    def from_dict(cls, fields: dict[str, Any]) -> SaturationReport:
+        """The report `as_dict` gave; TypeError or KeyError if `fields` is not one."""
+        return cls(**{**fields, "matches": Counter(fields["matches"])})
 
     def extracted(self, complete: bool, seconds: float) -> None:
         """Record how the stage's extraction ended."""

@@ -54,6 +54,15 @@ class Workload:
     others: Mapping[str, Callable[..., np.ndarray]] = field(default_factory=dict)
     assume_finite: bool = False
 
+    def compiled(self) -> tuple[eqsat.Kernel, float]:
+        """The workload's kernel, compiled as the benchmark does, and the seconds that
+        `eqsat.compile` took."""
+        symbols = {name: eqsat.tensor(name, shape) for name, shape in self.shapes.items()}
+        program = self.program(**symbols)
+        start = time.perf_counter()
+        kernel = eqsat.compile(program, assume_finite=self.assume_finite)
+        return kernel, time.perf_counter() - start
+
 
 @dataclass
 class Result:
@@ -215,13 +224,8 @@ def run_workload(
     """
     result = Result(workload.name, workload.description, workload.target)
     try:
-        symbols = {name: eqsat.tensor(name, shape) for name, shape in workload.shapes.items()}
-        start = time.perf_counter()
-        kernel = eqsat.compile(workload.program(**symbols), assume_finite=workload.assume_finite)
-        result.compile_seconds = time.perf_counter() - start
-        result.stages = [  # plain dicts: asdict() turns a Counter's items into tuple keys
-            {**vars(report), "matches": dict(report.matches)} for report in kernel.stages
-        ]
+        kernel, result.compile_seconds = workload.compiled()
+        result.stages = [report.as_dict() for report in kernel.stages]
         inputs = random_inputs(workload.shapes, "float32", rng)
         got = np.asarray(kernel(**inputs))
         _check(result, got, workload, inputs)
