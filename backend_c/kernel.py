@@ -210,7 +210,7 @@ class Kernel:
         outputs = ", ".join(str(spec.shape) for spec in self._outputs)
         return f"Kernel({inputs} -> {outputs}, dtype={self._dtype})"
 
-    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
         """The arguments in input order, or TypeError naming the missing, unknown, repeated or
         extra one."""
         names = self._input_names
@@ -229,7 +229,7 @@ class Kernel:
         missing = [name for name in names if name not in bound]
         if missing:
             raise TypeError(f"missing input(s) {', '.join(map(repr, missing))}")
-        return [bound[name] for name in names]
+        return tuple([bound[name] for name in names])
 
     def _checked(self, spec: TensorSpec, value: Any) -> np.ndarray:
         """Return `value` as a dense, aligned, native-order array, copying only when needed

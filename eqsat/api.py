@@ -11,6 +11,7 @@ import random
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TypedDict
 
 from egglog import EGraph
 
@@ -386,6 +387,19 @@ def optimize(
         algebra_graph=algebra_graph,
         loop_graph=best.graph,
     )
+
+
+class CompileOptions(TypedDict, total=False):
+    """The keyword options of `compile`, by name: what `@eqsat.jit(...)` passes on to it."""
+
+    limits: Limits | None
+    machine: Machine | None
+    isa: str | None
+    autotune: bool | int
+    progress: bool
+    extra_rules: Sequence[Identity]
+    cache: bool
+    assume_finite: bool
 
 
 def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITECTURE §8)

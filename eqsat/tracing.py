@@ -18,15 +18,14 @@ import inspect
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, overload
+from typing import Any, Unpack, overload
 
 import numpy as np
 
 from eqsat import api
+from eqsat.api import CompileOptions
 from eqsat.backend_c.kernel import Kernel
 from eqsat.core.errors import DTypeError
-from eqsat.core.saturate import Limits
-from eqsat.extract.machine import Machine
 from eqsat.frontend import Tensor, tensor
 
 
@@ -54,17 +53,16 @@ CacheKey = tuple[tuple[str, ArraySpec | Static], ...]
 class JitFunction:
     """A function of numpy arrays compiled to one Kernel per `CacheKey`; made by `eqsat.jit`."""
 
-    def __init__(
-        self,
-        function: Callable[..., Any],
-        *,
-        limits: Limits | None = None,
-        machine: Machine | None = None,
-        isa: str | None = None,
-        assume_finite: bool = False,
-    ) -> None:
+    def __init__(self, function: Callable[..., Any], **options: Unpack[CompileOptions]) -> None:
         """It requires: `function` has no *args or **kwargs parameter (each array parameter
-        names a kernel input)."""
+        names a kernel input); `options` are keyword options of `eqsat.compile` (else
+        TypeError), passed to it for every kernel."""
+        unknown = sorted(set(options) - set(CompileOptions.__annotations__))
+        if unknown:
+            raise TypeError(
+                f"eqsat.jit: unknown option(s) {', '.join(map(repr, unknown))}; it takes the "
+                f"keyword options of eqsat.compile: {', '.join(CompileOptions.__annotations__)}"
+            )
         signature = inspect.signature(function)
         variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
         if any(p.kind in variadic for p in signature.parameters.values()):
@@ -76,12 +74,7 @@ class JitFunction:
         self._function = function
         self._name = function.__qualname__
         self._signature = signature
-        self._options: dict[str, Any] = {
-            "limits": limits,
-            "machine": machine,
-            "isa": isa,
-            "assume_finite": assume_finite,
-        }
+        self._options = options
         self._kernels: dict[CacheKey, Kernel] = {}
         # positional calls already seen -> their kernel and where its inputs are among the args
         self._positional: dict[tuple[Any, ...], tuple[Kernel, tuple[int, ...]]] = {}
@@ -189,43 +182,29 @@ def jit(function: Callable[..., Any], /) -> JitFunction: ...
 
 
 @overload
-def jit(
-    *,
-    limits: Limits | None = None,
-    machine: Machine | None = None,
-    isa: str | None = None,
-    assume_finite: bool = False,
-) -> Callable[[Callable[..., Any]], JitFunction]: ...
+def jit(**options: Unpack[CompileOptions]) -> Callable[[Callable[..., Any]], JitFunction]: ...
 
 
 def jit(
-    function: Callable[..., Any] | None = None,
-    /,
-    *,
-    limits: Limits | None = None,
-    machine: Machine | None = None,
-    isa: str | None = None,
-    assume_finite: bool = False,
+    function: Callable[..., Any] | None = None, /, **options: Unpack[CompileOptions]
 ) -> JitFunction | Callable[[Callable[..., Any]], JitFunction]:
     """Decorate a function of numpy arrays: `@eqsat.jit` or `@eqsat.jit(limits=..., isa=...)`.
 
     On the first call per (array shapes and dtypes, values of the other arguments) the function
     runs once on symbolic tensors named after its parameters (numpy calls on them build the
-    expression), `eqsat.compile(result, limits=, machine=, isa=, assume_finite=)` builds a Kernel,
-    and the kernel runs; later calls with the same key run the cached kernel without calling the
-    function.
+    expression), `eqsat.compile(result, **options)` builds a Kernel, and the kernel runs; later
+    calls with the same key run the kept kernel without calling the function. `options` are
+    any keyword options of `eqsat.compile` (`limits`, `isa`, `autotune`, `extra_rules`,
+    `assume_finite`, ...; `cache=False` skips the on-disk compile cache, not the kernels this
+    function keeps).
 
     It requires: the function returns an expression of its array arguments, or a tuple/list of
     them (then calls return a tuple); arrays are float32 or float64, one dtype per call; other
     arguments (ints, floats, bools, ...) are hashable and are passed to it unchanged.
     """
     if function is None:
-        return functools.partial(
-            JitFunction, limits=limits, machine=machine, isa=isa, assume_finite=assume_finite
-        )
-    return JitFunction(
-        function, limits=limits, machine=machine, isa=isa, assume_finite=assume_finite
-    )
+        return functools.partial(JitFunction, **options)
+    return JitFunction(function, **options)
 
 
 def _positional_key(args: tuple[Any, ...]) -> tuple[Any, ...]:

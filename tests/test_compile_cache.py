@@ -144,6 +144,22 @@ def test_cache_false_neither_reads_nor_writes(optimizer_runs: list[int], cache: 
     assert "compile cache" not in kernel.explain()
 
 
+def test_jit_writes_the_cache_and_cache_false_skips_it(
+    optimizer_runs: list[int], cache: Path
+) -> None:
+    def layer(x: Any) -> Any:
+        return eqsat.relu(x * 2.0 + 1.0).sum(axis=1)
+
+    x = np.ones(X, dtype=np.float32)
+    eqsat.jit(cache=False, progress=False)(layer)(x)
+    assert entries(cache) == []
+    eqsat.jit(progress=False)(layer)(x)
+    assert len(entries(cache)) == 1
+    kernel = eqsat.jit(progress=False)(layer).kernel_for(x)  # a new function: its own kernels
+    assert "answered from the compile cache" in kernel.explain()
+    assert len(optimizer_runs) == 2
+
+
 @pytest.mark.parametrize("damage", ["truncated", "payload edited", "other version", "not json"])
 def test_a_damaged_entry_is_recomputed_and_rewritten(
     damage: str, optimizer_runs: list[int], cache: Path

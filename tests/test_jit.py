@@ -6,6 +6,7 @@ compiled) and by numpy on float64 copies of the same arrays (the reference, ARCH
 
 from __future__ import annotations
 
+import inspect
 import operator
 import re
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import eqsat
+from eqsat.api import CompileOptions
 from eqsat.core.errors import DTypeError, UnsupportedError
 from eqsat.tracing import ArraySpec, Static
 from tests.programs import assert_close
@@ -318,6 +320,17 @@ def test_jit_keeps_the_function_metadata_and_passes_options() -> None:
     assert "isa scalar" in explanation and "iteration limit" in explanation
     assert "written: maximum((x @ W), 0)" in explanation  # inputs named after the parameters
     assert repr(compiled).endswith(".mlp: 1 kernel(s)>")
+
+
+def test_jit_takes_exactly_the_keyword_options_of_compile() -> None:
+    keyword_only = [
+        name
+        for name, parameter in inspect.signature(eqsat.compile).parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    assert list(CompileOptions.__annotations__) == keyword_only
+    with pytest.raises(TypeError, match="unknown option.*'threads'.*autotune"):
+        eqsat.jit(threads=2)(lambda x: x)  # type: ignore[call-arg]
 
 
 # ------------------------------------------------------------------ clear errors
