@@ -20,7 +20,7 @@ import numpy as np
 
 from eqsat.backend_c.abi import C_TYPES
 from eqsat.backend_c.build import Library
-from eqsat.core.errors import DTypeError
+from eqsat.core.errors import ArgumentError, DTypeError, ShapeError
 from eqsat.core.saturate import SaturationReport
 
 POOL_MIN_BYTES = 1 << 20  # smaller arrays come from malloc's free lists without page faults
@@ -179,8 +179,9 @@ class Kernel:
         `OutputPool`) and return them (a tuple if `returns_tuple`).
 
         It requires: each input is a numpy ndarray of the kernel's dtype (any byte order) and
-        exactly its declared shape. Otherwise TypeError (missing, unknown, repeated or extra
-        argument; not an ndarray; wrong dtype) or ValueError (wrong shape), before any C runs.
+        exactly its declared shape. Otherwise, before any C runs, ArgumentError (missing,
+        unknown, repeated or extra argument; not an ndarray), DTypeError or ShapeError: each an
+        EqsatError and a TypeError or ValueError.
         """
         if kwargs or len(args) != len(self._inputs):
             args = self._bind(args, kwargs)
@@ -215,20 +216,20 @@ class Kernel:
         extra one."""
         names = self._input_names
         if len(args) > len(names):
-            raise TypeError(
+            raise ArgumentError(
                 f"kernel takes {len(names)} inputs {names} but {len(args)} positional "
                 "arguments were given"
             )
         bound = dict(zip(names, args, strict=False))
         for name, value in kwargs.items():
             if name not in names:
-                raise TypeError(f"unknown input {name!r}; the inputs are {names}")
+                raise ArgumentError(f"unknown input {name!r}; the inputs are {names}")
             if name in bound:
-                raise TypeError(f"input {name!r} given both by position and by keyword")
+                raise ArgumentError(f"input {name!r} given both by position and by keyword")
             bound[name] = value
         missing = [name for name in names if name not in bound]
         if missing:
-            raise TypeError(f"missing input(s) {', '.join(map(repr, missing))}")
+            raise ArgumentError(f"missing input(s) {', '.join(map(repr, missing))}")
         return tuple([bound[name] for name in names])
 
     def _checked(self, spec: TensorSpec, value: Any) -> np.ndarray:
@@ -236,16 +237,16 @@ class Kernel:
         (`__call__` passes the common case without calling this)."""
         expected = self._numpy_dtype
         if not isinstance(value, np.ndarray):
-            raise TypeError(
+            raise ArgumentError(
                 f"input {spec.name!r} must be a numpy ndarray, got {type(value).__name__}"
             )
         if value.dtype.kind != expected.kind or value.dtype.itemsize != expected.itemsize:
-            raise TypeError(
+            raise DTypeError(
                 f"input {spec.name!r} has dtype {value.dtype}, expected {expected} "
                 "(inputs are not cast)"
             )
         if value.shape != spec.shape:
-            raise ValueError(f"input {spec.name!r} has shape {value.shape}, expected {spec.shape}")
+            raise ShapeError(f"input {spec.name!r} has shape {value.shape}, expected {spec.shape}")
         flags = value.flags
         if flags.c_contiguous and flags.aligned and value.dtype.isnative:
             return value

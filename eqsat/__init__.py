@@ -32,7 +32,10 @@ _PUBLIC = {
     "optimize": "eqsat.api",
     "jit": "eqsat.tracing",
     **dict.fromkeys(
-        ["CompileError", "DTypeError", "EqsatError", "ShapeError", "UnsupportedError"],
+        [
+            "ArgumentError", "CompileError", "DTypeError", "EqsatError", "ShapeError",
+            "UnsupportedError",
+        ],
         "eqsat.core.errors",
     ),
     **dict.fromkeys(

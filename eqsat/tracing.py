@@ -25,7 +25,7 @@ import numpy as np
 from eqsat import api
 from eqsat.api import CompileOptions
 from eqsat.backend_c.kernel import Kernel
-from eqsat.core.errors import DTypeError
+from eqsat.core.errors import ArgumentError, DTypeError, UnsupportedError
 from eqsat.frontend import Tensor, tensor
 
 
@@ -56,17 +56,17 @@ class JitFunction:
     def __init__(self, function: Callable[..., Any], **options: Unpack[CompileOptions]) -> None:
         """It requires: `function` has no *args or **kwargs parameter (each array parameter
         names a kernel input); `options` are keyword options of `eqsat.compile` (else
-        TypeError), passed to it for every kernel."""
+        ArgumentError), passed to it for every kernel."""
         unknown = sorted(set(options) - set(CompileOptions.__annotations__))
         if unknown:
-            raise TypeError(
+            raise ArgumentError(
                 f"eqsat.jit: unknown option(s) {', '.join(map(repr, unknown))}; it takes the "
                 f"keyword options of eqsat.compile: {', '.join(CompileOptions.__annotations__)}"
             )
         signature = inspect.signature(function)
         variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
         if any(p.kind in variadic for p in signature.parameters.values()):
-            raise TypeError(
+            raise ArgumentError(
                 f"eqsat.jit: {function.__qualname__} has *args or **kwargs; name each parameter "
                 "(array parameters become the kernel's inputs)"
             )
@@ -114,8 +114,12 @@ class JitFunction:
         return f"<eqsat.jit {self._name}: {len(self._kernels)} kernel(s)>"
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """Every parameter's value by name, defaults filled in."""
-        bound = self._signature.bind(*args, **kwargs)
+        """Every parameter's value by name, defaults filled in; ArgumentError if they do not
+        bind to the function's signature."""
+        try:
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError as error:
+            raise ArgumentError(f"eqsat.jit: {self._name}: {error}") from None
         bound.apply_defaults()
         return dict(bound.arguments)
 
@@ -135,7 +139,7 @@ class JitFunction:
             try:
                 hash(value)
             except TypeError:
-                raise TypeError(
+                raise ArgumentError(
                     f"eqsat.jit: argument {name!r} of {self._name} is a "
                     f"{type(value).__name__}; pass a numpy array (a kernel input) or a hashable "
                     "value (static: part of the cache key)"
@@ -162,7 +166,7 @@ class JitFunction:
         for k, output in enumerate(outputs):
             if not isinstance(output, Tensor):
                 what = f"output {k}" if isinstance(result, tuple | list) else "a result"
-                raise TypeError(
+                raise UnsupportedError(
                     f"eqsat.jit: {self._name} returned {what} of type {type(output).__name__}, "
                     "not an expression of its array arguments (an eqsat.Tensor while tracing); "
                     "return one, or a tuple/list of them"

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import eqsat
 from eqsat.api import CompileOptions
-from eqsat.core.errors import DTypeError, UnsupportedError
+from eqsat.core.errors import ArgumentError, DTypeError, ShapeError, UnsupportedError
 from eqsat.tracing import ArraySpec, Static
 from tests.programs import assert_close
 
@@ -329,7 +329,7 @@ def test_jit_takes_exactly_the_keyword_options_of_compile() -> None:
         if parameter.kind is inspect.Parameter.KEYWORD_ONLY
     ]
     assert list(CompileOptions.__annotations__) == keyword_only
-    with pytest.raises(TypeError, match="unknown option.*'threads'.*autotune"):
+    with pytest.raises(ArgumentError, match="unknown option.*'threads'.*autotune"):
         eqsat.jit(threads=2)(lambda x: x)  # type: ignore[call-arg]
 
 
@@ -429,7 +429,7 @@ def test_jit_wrong_dtype(inputs: list[np.ndarray], message: str) -> None:
     ],
 )
 def test_jit_result_must_be_an_expression(function: Callable[..., Any], message: str) -> None:
-    with pytest.raises(TypeError, match=re.escape(message)):
+    with pytest.raises(UnsupportedError, match=re.escape(message)):
         eqsat.jit(function)(*arrays(X), 2)
 
 
@@ -437,12 +437,18 @@ def test_jit_refuses_unhashable_arguments_and_variadic_functions() -> None:
     def weighted(x: Any, ws: Any) -> Any:
         return x
 
-    with pytest.raises(TypeError, match=r"argument 'ws' of .*weighted is a list; pass a numpy"):
+    # ArgumentError: an EqsatError, and a TypeError as Python's own argument errors
+    with pytest.raises(ArgumentError, match=r"argument 'ws' of .*weighted is a list; pass a"):
         eqsat.jit(weighted)(*arrays(X), [1.0])
-    with pytest.raises(TypeError, match=re.escape("<lambda> has *args or **kwargs")):
+    with pytest.raises(ArgumentError, match=re.escape("<lambda> has *args or **kwargs")):
         eqsat.jit(lambda *xs: xs[0])
-    with pytest.raises(TypeError, match="missing a required argument: 'y'"):
+    with pytest.raises(ArgumentError, match="<lambda>: missing a required argument: 'y'"):
         eqsat.jit(lambda x, y: x + y)(*arrays(X))
+    with pytest.raises(ArgumentError, match="<lambda>: too many positional arguments"):
+        eqsat.jit(lambda x: x + 1)(*arrays(X, X))
+    with pytest.raises(ShapeError, match="'x' has shape"):  # a kept kernel, another shape
+        compiled = eqsat.jit(lambda x: x + 1)
+        compiled.kernel_for(*arrays(X))(*arrays((2, 2)))
 
 
 def test_positional_calls_reuse_the_kernel_of_their_shapes_and_static_values() -> None:

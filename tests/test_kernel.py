@@ -13,6 +13,7 @@ import pytest
 from eqsat.backend_c.abi import prototype
 from eqsat.backend_c.build import build_library
 from eqsat.backend_c.kernel import Kernel, TensorSpec
+from eqsat.core.errors import ArgumentError, DTypeError, EqsatError, ShapeError
 
 SHAPE = (3, 4)
 
@@ -96,20 +97,20 @@ def test_kernel_outputs_are_fresh_each_call() -> None:
 X, Y = random_inputs("float32")
 
 BAD_CALLS: list[tuple[str, Callable[[Kernel], Any], type[Exception], list[str]]] = [
-    ("missing", lambda k: k(X), TypeError, ["'y'"]),
-    ("missing_keyword", lambda k: k(y=Y), TypeError, ["'x'"]),
-    ("unknown_keyword", lambda k: k(X, Y, z=Y), TypeError, ["'z'"]),
-    ("too_many_positional", lambda k: k(X, Y, Y), TypeError, ["3 positional"]),
-    ("given_twice", lambda k: k(X, Y, x=X), TypeError, ["'x'"]),
-    ("list", lambda k: k(X.tolist(), Y), TypeError, ["'x'", "list"]),
-    ("python_scalar", lambda k: k(X, 1.0), TypeError, ["'y'", "float"]),
-    ("numpy_scalar", lambda k: k(X, np.float32(1.0)), TypeError, ["'y'", "float32"]),
-    ("float64", lambda k: k(X.astype(np.float64), Y), TypeError, ["'x'", "float32", "float64"]),
-    ("int32", lambda k: k(X, Y.astype(np.int32)), TypeError, ["'y'", "float32", "int32"]),
-    ("float16", lambda k: k(X, Y.astype(np.float16)), TypeError, ["'y'", "float16"]),
-    ("shape", lambda k: k(X, Y[:2]), ValueError, ["'y'", "(2, 4)", "(3, 4)"]),
-    ("transposed_shape", lambda k: k(X.T, Y), ValueError, ["'x'", "(4, 3)", "(3, 4)"]),
-    ("flat", lambda k: k(X.ravel(), Y), ValueError, ["'x'", "(12,)", "(3, 4)"]),
+    ("missing", lambda k: k(X), ArgumentError, ["'y'"]),
+    ("missing_keyword", lambda k: k(y=Y), ArgumentError, ["'x'"]),
+    ("unknown_keyword", lambda k: k(X, Y, z=Y), ArgumentError, ["'z'"]),
+    ("too_many_positional", lambda k: k(X, Y, Y), ArgumentError, ["3 positional"]),
+    ("given_twice", lambda k: k(X, Y, x=X), ArgumentError, ["'x'"]),
+    ("list", lambda k: k(X.tolist(), Y), ArgumentError, ["'x'", "list"]),
+    ("python_scalar", lambda k: k(X, 1.0), ArgumentError, ["'y'", "float"]),
+    ("numpy_scalar", lambda k: k(X, np.float32(1.0)), ArgumentError, ["'y'", "float32"]),
+    ("float64", lambda k: k(X.astype(np.float64), Y), DTypeError, ["'x'", "float32", "float64"]),
+    ("int32", lambda k: k(X, Y.astype(np.int32)), DTypeError, ["'y'", "float32", "int32"]),
+    ("float16", lambda k: k(X, Y.astype(np.float16)), DTypeError, ["'y'", "float16"]),
+    ("shape", lambda k: k(X, Y[:2]), ShapeError, ["'y'", "(2, 4)", "(3, 4)"]),
+    ("transposed_shape", lambda k: k(X.T, Y), ShapeError, ["'x'", "(4, 3)", "(3, 4)"]),
+    ("flat", lambda k: k(X.ravel(), Y), ShapeError, ["'x'", "(12,)", "(3, 4)"]),
 ]
 
 
@@ -125,6 +126,8 @@ def test_kernel_fail_bad_arguments(
     with pytest.raises(error) as caught:
         call(kernel)
     assert type(caught.value) is error
+    assert isinstance(caught.value, EqsatError)  # and a TypeError or ValueError, as Python's
+    assert isinstance(caught.value, TypeError if error is not ShapeError else ValueError)
     for fragment in fragments:
         assert fragment in str(caught.value)
 

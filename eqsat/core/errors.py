@@ -8,11 +8,19 @@ class EqsatError(Exception):
 
 
 class ShapeError(EqsatError, ValueError):
-    """An expression was built from incompatible or invalid shapes."""
+    """An expression was built from incompatible or invalid shapes, or a kernel was called with
+    an array of another shape than its input's."""
 
 
 class DTypeError(EqsatError, TypeError):
-    """An unsupported dtype, or two dtypes mixed in one program."""
+    """An unsupported dtype, two dtypes mixed in one program, or a kernel called with an array
+    of another dtype than its inputs' (nothing is cast)."""
+
+
+class ArgumentError(EqsatError, TypeError):
+    """A kernel or an `@eqsat.jit` function was called (or `eqsat.jit` applied) with a missing,
+    unknown, repeated or extra argument, or a value of a kind it cannot take (not an array;
+    unhashable where a static value goes)."""
 
 
 class UnsupportedError(EqsatError, TypeError):
