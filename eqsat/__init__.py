@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # In a source checkout, rewrites/, extract/ and backend_c/ sit beside this folder (pyproject's
 # package-dir installs them as eqsat.rewrites, ...): a checkout on sys.path (`python -m pytest`
@@ -23,6 +23,44 @@ _CHECKOUT = Path(__file__).resolve().parent.parent
 if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "backend_c" / "__init__.py").is_file():
     __path__.append(str(_CHECKOUT))
 
+if TYPE_CHECKING:  # what type checkers see; at run time the names load lazily (`_PUBLIC`)
+    from eqsat.api import Optimized, compile, optimize
+    from eqsat.backend_c.kernel import Kernel
+    from eqsat.core.errors import (
+        ArgumentError,
+        CompileError,
+        DTypeError,
+        EqsatError,
+        ShapeError,
+        UnsupportedError,
+    )
+    from eqsat.core.saturate import Limits
+    from eqsat.frontend import (
+        Tensor,
+        abs,
+        exp,
+        gelu,
+        layernorm,
+        log,
+        matmul,
+        max,
+        maximum,
+        mean,
+        minimum,
+        relu,
+        sigmoid,
+        softmax,
+        sqrt,
+        sum,
+        tanh,
+        tensor,
+        transpose,
+        where,
+    )
+    from eqsat.tracing import jit
+    from eqsat.view.egraph_view import draw_egraph
+
+# Each public name and the module it loads from.
 _PUBLIC = {
     "Kernel": "eqsat.backend_c.kernel",
     "Limits": "eqsat.core.saturate",

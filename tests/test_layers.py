@@ -163,3 +163,22 @@ def test_checker_finds_an_upward_import_and_a_circle(tmp_path: Path) -> None:
 def test_a_module_outside_the_layers_is_refused() -> None:
     with pytest.raises(ValueError, match="in no layer"):
         package_of("numpy.linalg")
+
+
+def test_type_checkers_see_every_public_name_from_the_module_it_loads_from() -> None:
+    """`eqsat/__init__.py` imports under TYPE_CHECKING exactly what `_PUBLIC` loads lazily."""
+    import eqsat
+
+    tree = ast.parse(Path(eqsat.__file__).read_text())
+    guarded = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    )
+    seen = {
+        alias.name: statement.module
+        for statement in guarded.body
+        if isinstance(statement, ast.ImportFrom)
+        for alias in statement.names
+    }
+    assert seen == eqsat._PUBLIC
