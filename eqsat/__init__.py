@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load lazily (
     from eqsat.frontend import (
         Tensor,
         abs,
+        clip,
         exp,
         gelu,
         layernorm,
@@ -46,15 +47,18 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load lazily (
         max,
         maximum,
         mean,
+        min,
         minimum,
         relu,
         sigmoid,
         softmax,
         sqrt,
+        std,
         sum,
         tanh,
         tensor,
         transpose,
+        var,
         where,
     )
     from eqsat.tracing import jit
@@ -78,9 +82,9 @@ _PUBLIC = {
     ),
     **dict.fromkeys(
         [
-            "Tensor", "abs", "exp", "gelu", "layernorm", "log", "matmul", "max", "maximum",
-            "mean", "minimum", "relu", "sigmoid", "softmax", "sqrt", "sum", "tanh", "tensor",
-            "transpose", "where",
+            "Tensor", "abs", "clip", "exp", "gelu", "layernorm", "log", "matmul", "max",
+            "maximum", "mean", "min", "minimum", "relu", "sigmoid", "softmax", "sqrt", "std",
+            "sum", "tanh", "tensor", "transpose", "var", "where",
         ],
         "eqsat.frontend",
     ),

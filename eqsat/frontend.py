@@ -32,6 +32,7 @@ from eqsat.core.terms import DTYPES, TExpr, to_term
 __all__ = [
     "Tensor",
     "abs",
+    "clip",
     "exp",
     "gelu",
     "layernorm",
@@ -40,15 +41,18 @@ __all__ = [
     "max",
     "maximum",
     "mean",
+    "min",
     "minimum",
     "relu",
     "sigmoid",
     "softmax",
     "sqrt",
+    "std",
     "sum",
     "tanh",
     "tensor",
     "transpose",
+    "var",
     "where",
 ]
 
@@ -70,6 +74,11 @@ class Tensor:
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """The number of elements."""
+        return math.prod(self.shape)
 
     def __len__(self) -> int:
         if not self.shape:
@@ -130,11 +139,20 @@ class Tensor:
     def __neg__(self) -> Tensor:
         return _unary("neg", self)
 
+    def __abs__(self) -> Tensor:
+        return _unary("abs", self)
+
     def __pow__(self, exponent: object) -> Tensor:
-        """x ** n for an int n: n = 0 gives ones, n < 0 gives 1 / x ** -n."""
-        if not isinstance(exponent, int | np.integer):
-            raise TypeError(f"pow: the exponent must be an int, got {exponent!r}")
-        n = int(exponent)
+        """x ** n for an integral n (2 or 2.0): n = 0 gives ones, n < 0 gives 1 / x ** -n."""
+        integral = isinstance(exponent, int | np.integer) or (
+            isinstance(exponent, float | np.floating) and float(exponent).is_integer()
+        )
+        if not integral:
+            raise UnsupportedError(
+                f"pow: eqsat takes integral exponents (x ** 3, x ** 2.0), got {exponent!r}; for "
+                "x ** 0.5 write np.sqrt(x) (numpy's pow differs from it at -0.0 and -inf)"
+            )
+        n = int(exponent)  # type: ignore[call-overload]
         if n == 0:
             return _full(1.0, self.shape, self.dtype)
         if n < 0:
@@ -208,11 +226,42 @@ class Tensor:
         """Maximum over `axis`: None (all axes), an int, or a tuple of ints."""
         return _reduce("max", self, axis, keepdims)
 
+    def min(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
+        """Minimum over `axis`, as -max(-x): a NaN propagates, as in numpy."""
+        return -((-self).max(axis, keepdims))
+
     def mean(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
         """Mean over `axis`: the sum times 1/count."""
         total = self.sum(axis, keepdims)
         count = math.prod(self.shape) // math.prod(total.shape)
         return total if count == 1 else total * (1.0 / count)
+
+    def var(self, axis: Axes = None, ddof: int = 0, keepdims: bool = False) -> Tensor:
+        """Variance over `axis`, as numpy computes it: the squared deviations from the mean,
+        summed, divided by count - ddof.
+
+        It requires: ddof < the count of elements reduced (numpy gives inf or NaN there; this
+        raises ShapeError).
+        """
+        centered = self - self.mean(axis, keepdims=True)
+        total = (centered * centered).sum(axis, keepdims)
+        count = math.prod(self.shape) // math.prod(total.shape)
+        if count - ddof <= 0:
+            raise ShapeError(
+                f"var: ddof={ddof} leaves no degrees of freedom for {count} elements reduced "
+                f"(shape {self.shape}, axis {axis})"
+            )
+        return total * (1.0 / (count - ddof))
+
+    def std(self, axis: Axes = None, ddof: int = 0, keepdims: bool = False) -> Tensor:
+        """Standard deviation over `axis`: the square root of `var`."""
+        return sqrt(self.var(axis, ddof, keepdims))
+
+    def clip(self, min: Tensor | float | None = None, max: Tensor | float | None = None) -> Tensor:  # noqa: A002 - numpy's names
+        """Each element limited to [min, max] (either may be None), as numpy: max wins where
+        min > max, and a NaN stays NaN."""
+        clipped = self if min is None else maximum(self, min)
+        return clipped if max is None else minimum(clipped, max)
 
 
 # ------------------------------------------------------------ building blocks
@@ -437,9 +486,29 @@ def max(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
     return _require(x, "max").max(axis, keepdims)
 
 
+def min(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Minimum over `axis`: None (all axes), an int, or a tuple of ints."""
+    return _require(x, "min").min(axis, keepdims)
+
+
 def mean(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
     """Mean over `axis`: None (all axes), an int, or a tuple of ints."""
     return _require(x, "mean").mean(axis, keepdims)
+
+
+def var(x: Tensor, axis: Axes = None, ddof: int = 0, keepdims: bool = False) -> Tensor:
+    """Variance over `axis` with `ddof` delta degrees of freedom (`Tensor.var`)."""
+    return _require(x, "var").var(axis, ddof, keepdims)
+
+
+def std(x: Tensor, axis: Axes = None, ddof: int = 0, keepdims: bool = False) -> Tensor:
+    """Standard deviation over `axis` with `ddof` delta degrees of freedom (`Tensor.std`)."""
+    return _require(x, "std").std(axis, ddof, keepdims)
+
+
+def clip(x: Tensor, a_min: Tensor | float | None, a_max: Tensor | float | None) -> Tensor:
+    """numpy.clip: each element limited to [a_min, a_max] (`Tensor.clip`)."""
+    return _require(x, "clip").clip(a_min, a_max)
 
 
 def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
@@ -566,6 +635,7 @@ _NUMPY_UFUNCS: dict[np.ufunc, Callable[..., Tensor]] = {
     np.equal: partial(_binary, "eq"),
     np.not_equal: partial(_binary, "ne"),
     np.matmul: matmul,
+    np.reciprocal: lambda x: 1.0 / x,
 }
 
 
@@ -579,12 +649,18 @@ class _NumpyFunction(NamedTuple):
 
 
 _REDUCTION_KEYWORDS = frozenset({"axis", "keepdims"})
+_MOMENT_KEYWORDS = _REDUCTION_KEYWORDS | {"ddof"}
 # numpy function (dispatched through __array_function__) -> its frontend function.
 _NUMPY_FUNCTIONS: dict[Callable[..., Any], _NumpyFunction] = {
     np.sum: _NumpyFunction(sum, 2, _REDUCTION_KEYWORDS),
     np.max: _NumpyFunction(max, 2, _REDUCTION_KEYWORDS),
     np.amax: _NumpyFunction(max, 2, _REDUCTION_KEYWORDS),
+    np.min: _NumpyFunction(min, 2, _REDUCTION_KEYWORDS),
+    np.amin: _NumpyFunction(min, 2, _REDUCTION_KEYWORDS),
     np.mean: _NumpyFunction(mean, 2, _REDUCTION_KEYWORDS),
+    np.var: _NumpyFunction(var, 2, _MOMENT_KEYWORDS),
+    np.std: _NumpyFunction(std, 2, _MOMENT_KEYWORDS),
+    np.clip: _NumpyFunction(clip, 3),
     np.transpose: _NumpyFunction(transpose, 2, frozenset({"axes"})),
     np.reshape: _NumpyFunction(_reshape_to, 2, frozenset({"shape"})),
     np.where: _NumpyFunction(where, 3),

@@ -106,6 +106,27 @@ NUMPY_PROGRAMS: list[tuple[str, Callable[..., Any], list[tuple[int, ...]]]] = [
         [X, (16, 4), ROW],
     ),
     (
+        "moments",
+        lambda x: (
+            np.min(x, axis=0)
+            + np.amin(x, 1, keepdims=True).sum()
+            + x.min()
+            + np.var(x, axis=0)
+            - np.std(x, axis=0, ddof=1)
+            + x.var(axis=1, keepdims=True).sum(axis=0)
+            + np.std(x)
+        ),
+        [X],
+    ),
+    (
+        "clip-abs-pow",
+        lambda x, y: (
+            np.clip(x, -0.5, 0.75) + x.clip(max=0.1) + np.clip(x, y, 1.0) + abs(x) * x.size
+            - x ** 2.0 + np.reciprocal(y + 3.0)
+        ),
+        [X, X],
+    ),
+    (
         "softmax",
         lambda x: (
             np.exp(x - np.max(x, axis=-1, keepdims=True))

@@ -130,6 +130,18 @@ ELEMENTWISE: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
         lambda x, y: (x * y).max(axis=0),
         lambda x, y: (x * y).max(axis=0),
     ),
+    "min-reduce-rows": (
+        lambda x, y: eqsat.minimum(x, y).min(axis=1),
+        lambda x, y: np.minimum(x, y).min(axis=1),
+    ),
+    "min-reduce-columns": (
+        lambda x, y: (x + y).min(axis=0),
+        lambda x, y: (x + y).min(axis=0),
+    ),
+    "clip": (
+        lambda x, y: eqsat.clip(x, -1.0, y),
+        lambda x, y: np.clip(x, np.float32(-1), y),
+    ),
 }
 
 
