@@ -131,8 +131,10 @@ assert "alloc t0[512, 512]" not in format_loops(softmax.program.body)
 # cheapest distinct nests under the cost model (the first is the chosen one), then random
 # ones, which reach slow corners (untiled, strided, scalar). It builds each with
 # `eqsat.api.build`, checks it against the reference interpreter in float64, and times them
-# all in interleaved rounds (medians). The chosen nest is, by construction, predicted fastest
-# among the candidates; every candidate computes the same result.
+# all in interleaved rounds (medians). The chosen nest is predicted fastest among the `best`
+# candidates. A random one can be predicted faster still: extraction keeps the 4 cheapest
+# sub-nests of each e-class, not every combination, so it can miss a cheaper whole (the cell
+# prints it when that happens). Every candidate computes the same result.
 
 # %%
 workloads = [  # (what the notebook optimized above, the same program as a workload)
@@ -153,7 +155,14 @@ for optimized, workload in workloads:
     check = model_check.check_workload(workload, optimized.machine, mix, repeats=15)
     assert check.failure is None, check.failure
     assert check.candidates[0].nest == format_loops(optimized.program.body)
-    assert check.candidates[0].predicted == min(c.predicted for c in check.candidates)
+    best = [c for c in check.candidates if c.source == "best"]
+    assert check.candidates[0].predicted == min(c.predicted for c in best)
+    missed = min(check.candidates, key=lambda c: c.predicted)
+    if missed.predicted < check.candidates[0].predicted:
+        print(
+            f"{workload.name}: a {missed.source} candidate is predicted "
+            f"{check.candidates[0].predicted / missed.predicted:.3f}x faster than the chosen one"
+        )
     assert check.wrong == 0 and check.failed == 0
     assert len(check.pairs()) == len(check.candidates)  # all of them timed
     checks[workload.name] = check
