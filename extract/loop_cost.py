@@ -78,6 +78,10 @@ BYTES_PER_CYCLE = (48.0, 12.0, 8.0)
 OVERLAP_PENALTY = 0.25  # the fraction of the non-limiting terms that is not hidden
 DRAM_SCALING = 1.25  # all cores' DRAM bandwidth over one core's (docs/MEASUREMENTS.md)
 FIRST_TOUCH_CYCLES_PER_BYTE = 0.5  # a fresh page: fault + zeroing (docs/MEASUREMENTS.md)
+# glibc raises its mmap threshold to the size of a freed mapped block, up to this: a temporary
+# of at most this many bytes is served again from the heap from the second call on, without page
+# faults; a larger one is mapped, and faulted, on every call (docs/MEASUREMENTS.md).
+REUSED_ALLOCATION_BYTES = 32 << 20
 CACHE_USE = 0.5  # the fraction of a cache a footprint may fill and still hit (conflicts, LRU)
 # DRAM bytes lost each time a read restarts mid-row (the hardware prefetcher ramps up again):
 # a matrix-vector product reading its rows in pieces ran slower than one reading whole rows
@@ -97,7 +101,7 @@ class Estimate:
     traffic: tuple[float, float, float]  # bytes fetched into L1, L2, L3
     overhead: float  # parallel starts: paid on every execution
     footprint: float  # bytes of distinct cache lines touched
-    first_touch: float  # page faults of temporaries: paid once, their memory is then reused
+    first_touch: float  # page faults of temporaries too large for the allocator to reuse
     bytes_per_cycle: tuple[float, float, float]  # into L1, L2, L3 (`fetch_rates`)
 
     @property
@@ -239,8 +243,9 @@ class LoopCost:
     # ------------------------------------------------------------ statements
 
     def first_touch(self, alloc: Term) -> float:
-        """Page faults of a fresh temporary: one row (or tile of rows) when it will be contracted
-        into its row loop (eqsat.rewrites.contraction), else all of it."""
+        """Page faults of a temporary on every call: none when the allocator reuses its memory
+        (REUSED_ALLOCATION_BYTES), else of all of it, or of one row (or tile of rows) when it
+        will be contracted into its row loop (eqsat.rewrites.contraction)."""
         name, shape_arg, body = alloc.args
         shape = tuple(int(n) for n in shape_arg)  # type: ignore[union-attr, arg-type]
         while isinstance(body, Term) and body.op == "Stmt.alloc":
@@ -249,7 +254,10 @@ class LoopCost:
         elements = math.prod(shape)
         if row_loop_of(top_statements(body), str(name), shape) is not None:
             elements //= shape[0]
-        return elements * self.item_bytes * FIRST_TOUCH_CYCLES_PER_BYTE
+        allocated = elements * self.item_bytes
+        if allocated <= REUSED_ALLOCATION_BYTES:
+            return 0.0
+        return allocated * FIRST_TOUCH_CYCLES_PER_BYTE
 
     def leaf(self, statement: Term) -> _Statement:
         value = statement.args[-1]

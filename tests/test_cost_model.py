@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from eqsat.core.terms import Term
-from eqsat.extract.loop_cost import PARALLEL_START, LoopCost
+from eqsat.extract.loop_cost import (
+    FIRST_TOUCH_CYCLES_PER_BYTE,
+    PARALLEL_START,
+    REUSED_ALLOCATION_BYTES,
+    LoopCost,
+)
 from eqsat.extract.machine import Machine
 from tests.test_loops import at, inner, named, nest, outer
 
@@ -123,15 +128,23 @@ def test_fetch_rates_come_from_the_calibration_and_stay_ordered() -> None:
 
 
 @pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.isa)
-def test_a_temporary_in_a_loop_faults_its_pages_once(machine: Machine) -> None:
-    i, j = named("i0", 64), named("i1", 4096)
+def test_only_a_temporary_the_allocator_cannot_reuse_faults_and_once_per_call(
+    machine: Machine,
+) -> None:
     one = Term("Scalar.const", (1.0,))
-    fill = nest([(j, "serial", ())], Term("Stmt.store", ("t0", at(j), one)))
-    alloc = Term("Stmt.alloc", ("t0", (4096,), fill))
     cost = LoopCost(machine, "float32")
-    once = cost.estimate(alloc).first_touch
-    assert once > 0
-    assert cost.estimate(nest([(i, "serial", ())], alloc)).first_touch == once
+
+    def filled(elements: int) -> Term:
+        j = named("i1", elements)
+        fill = nest([(j, "serial", ())], Term("Stmt.store", ("t0", at(j), one)))
+        return Term("Stmt.alloc", ("t0", (elements,), fill))
+
+    reused = REUSED_ALLOCATION_BYTES // 4
+    assert cost.estimate(filled(reused)).first_touch == 0  # served again from malloc's heap
+    mapped = cost.estimate(filled(reused + 16)).first_touch
+    assert mapped == pytest.approx((reused + 16) * 4 * FIRST_TOUCH_CYCLES_PER_BYTE)
+    i = named("i0", 64)
+    assert cost.estimate(nest([(i, "serial", ())], filled(reused + 16))).first_touch == mapped
 
 
 def matvec(n: int, block: int | None, column: bool) -> Term:
