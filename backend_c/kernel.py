@@ -212,9 +212,11 @@ class Kernel:
         return f"Kernel({inputs} -> {outputs}, dtype={self._dtype})"
 
     def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
-        """The arguments in input order, or TypeError naming the missing, unknown, repeated or
-        extra one."""
+        """The arguments in input order, or ArgumentError naming the missing, unknown,
+        repeated or extra one."""
         names = self._input_names
+        if not args and len(kwargs) == len(names) and all(name in kwargs for name in names):
+            return tuple([kwargs[name] for name in names])  # every input by keyword
         if len(args) > len(names):
             raise ArgumentError(
                 f"kernel takes {len(names)} inputs {names} but {len(args)} positional "
