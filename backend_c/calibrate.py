@@ -243,9 +243,12 @@ def calibration_key(machine: Machine) -> str:
 
 
 def calibrated(
-    machine: Machine, measure: Callable[[Machine], Calibration] = measure
+    machine: Machine,
+    measure: Callable[[Machine], Calibration] = measure,
+    announce: Callable[[str], object] | None = None,
 ) -> Calibration:
-    """The cached calibration of `machine`, measured (and cached) first if there is none.
+    """The cached calibration of `machine`, measured (and cached) first if there is none; a
+    measurement is first announced to `announce`, if given, with the file it is kept in.
 
     It requires: as `measure`. A cache file that is unreadable, corrupt, or incomplete for
     `machine` (dtypes, levels, thread counts; every figure finite and positive) is measured again.
@@ -258,16 +261,22 @@ def calibrated(
     with file_lock(path.with_suffix(".lock")):
         cached = _read(path, key, machine)  # another process may have measured meanwhile
         if cached is None:
+            if announce is not None:
+                announce(
+                    "measuring this machine once for the cost model (peak flops, cache and "
+                    f"memory bandwidth; a few seconds), kept in {path}"
+                )
             cached = measure(machine)
             record = {"key": key, "cpu": cpu_model(), **asdict(cached)}
             write_atomically(path, json.dumps(record).encode())
     return cached
 
 
-def calibrated_host() -> Machine:
-    """`host()` with its calibration (measured on the first call on this machine, then cached)."""
+def calibrated_host(announce: Callable[[str], object] | None = None) -> Machine:
+    """`host()` with its calibration (measured on the first call on this machine, then cached;
+    `announce` as in `calibrated`)."""
     machine = host()
-    return replace(machine, calibration=calibrated(machine))
+    return replace(machine, calibration=calibrated(machine, announce=announce))
 
 
 def _read(path: Path, key: str, machine: Machine) -> Calibration | None:

@@ -352,8 +352,8 @@ def optimize(
     (`eqsat.core.progress`)."""
     tensors, _ = _outputs(outputs)
     limits = limits or Limits()
-    machine = machine or calibrated_host()
     reporter = Progress(enabled=progress)
+    machine = machine or calibrated_host(announce=reporter.say)
     original = [to_term(t.expr) for t in tensors]
     assert all(isinstance(t, Term) for t in original)
     forms, algebra_report, algebra_graph = _optimize_algebra(
@@ -425,7 +425,7 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
     `cache=False` neither reads nor writes it. Raises CompileError if the C compiler fails."""
     tensors, returns_tuple = _outputs(outputs)
     limits = limits or Limits()
-    machine = machine or calibrated_host()
+    machine = machine or calibrated_host(announce=Progress(enabled=progress).say)
     if isa is not None:
         machine = machine.with_isa(isa)
     candidates = DEFAULT_CANDIDATES if autotune is True else int(autotune)  # False: none

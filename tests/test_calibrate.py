@@ -50,6 +50,17 @@ def test_second_call_reads_the_cache() -> None:
     assert second == first
 
 
+def test_a_measurement_is_announced_with_its_file_and_a_cached_read_is_silent(
+    cache: Path,
+) -> None:
+    said: list[str] = []
+    calibrated(MACHINE, FakeMeasure(), announce=said.append)
+    assert len(said) == 1
+    assert "measuring this machine once" in said[0] and str(cache) in said[0]
+    calibrated(MACHINE, FakeMeasure(), announce=said.append)
+    assert len(said) == 1
+
+
 def test_a_changed_key_measures_again(cache: Path) -> None:
     measure = FakeMeasure()
     calibrated(MACHINE, measure)

@@ -23,15 +23,16 @@ class Progress:
 
     def iteration(self, report: SaturationReport) -> None:
         if report.seconds >= QUIET_SECONDS:
-            self._say(
+            self.say(
                 f"{report.stage}: round {report.iterations}, {report.nodes:,} e-nodes, "
                 f"{report.seconds:.1f} s"
             )
 
     def extracting(self, stage: str, nodes: int) -> None:
         if nodes >= EXTRACTION_NODES:
-            self._say(f"{stage}: extracting the best program from {nodes:,} e-nodes")
+            self.say(f"{stage}: extracting the best program from {nodes:,} e-nodes")
 
-    def _say(self, message: str) -> None:
+    def say(self, message: str) -> None:
+        """One line `eqsat <message>`, if enabled."""
         if self.enabled:
             print(f"eqsat {message}", file=self.stream or sys.stderr, flush=True)
