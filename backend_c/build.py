@@ -44,12 +44,15 @@ FORBIDDEN_FLAGS = frozenset({"-ffast-math", "-Ofast", "-funsafe-math-optimizatio
 
 @dataclass(frozen=True)
 class Library:
-    """A loaded shared library: `lib` exposes the functions declared in `ffi`'s cdef."""
+    """A loaded shared library: `lib` exposes the functions declared in `ffi`'s cdef; `cdef`
+    and `flags` are the `build_library` arguments it was built with."""
 
     ffi: cffi.FFI
     lib: Any
     path: Path
     cache_hit: bool
+    cdef: str
+    flags: tuple[str, ...]
 
 
 # Loaded libraries of this process by .so path: a path is never dlopen-ed twice by us.
@@ -98,10 +101,12 @@ def build_library(c_source: str, cdef: str, flags: Sequence[str]) -> Library:
     if library is not None:
         return library
     with file_lock(directory / f"{key}.lock"):
-        library = _load_entry(ffi, so_path)
+        library = _load_entry(ffi, so_path, cdef, flags)
         if library is None:
             _compile(c_source, flags, directory, key)
-            library = Library(ffi, _dlopen(ffi, so_path), so_path, cache_hit=False)
+            library = Library(
+                ffi, _dlopen(ffi, so_path), so_path, cache_hit=False, cdef=cdef, flags=tuple(flags)
+            )
     with _loaded_lock:
         return _loaded.setdefault(so_path, library)
 
@@ -148,7 +153,9 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _load_entry(ffi: cffi.FFI, so_path: Path) -> Library | None:
+def _load_entry(
+    ffi: cffi.FFI, so_path: Path, cdef: str, flags: Sequence[str]
+) -> Library | None:
     """Load the cached entry at `so_path`, or None if it is missing, corrupt or fails to load.
 
     It requires: the caller holds the entry's lock.
@@ -161,7 +168,9 @@ def _load_entry(ffi: cffi.FFI, so_path: Path) -> Library | None:
     if hashlib.sha256(so_bytes).hexdigest() != recorded:
         return None
     try:
-        return Library(ffi, _dlopen(ffi, so_path), so_path, cache_hit=True)
+        return Library(
+            ffi, _dlopen(ffi, so_path), so_path, cache_hit=True, cdef=cdef, flags=tuple(flags)
+        )
     except OSError:
         return None
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from eqsat.backend_c.abi import C_TYPES
-from eqsat.backend_c.build import Library
+from eqsat.backend_c.build import Library, build_library
 from eqsat.core.errors import ArgumentError, DTypeError, ShapeError
 from eqsat.core.saturate import SaturationReport
 
@@ -116,6 +116,7 @@ class Kernel:
         if not outputs or (len(outputs) > 1 and not returns_tuple):
             raise ValueError(f"{len(outputs)} outputs need returns_tuple=True and at least one")
         self._library = library  # keeps the shared library loaded while the kernel lives
+        self._symbol = symbol
         self._function = getattr(library.lib, symbol)
         self._from_buffer = library.ffi.from_buffer
         self._inputs = tuple(inputs)
@@ -206,6 +207,28 @@ class Kernel:
         self._function(*pointers)
         return results if self._returns_tuple else results[0]
 
+    def __copy__(self) -> Kernel:
+        """A shallow copy: the same library and outputs pool (`__reduce__` is for pickling)."""
+        clone = Kernel.__new__(Kernel)
+        clone.__dict__.update(self.__dict__)
+        return clone
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle by what builds the kernel again (its C source, declarations and flags): an
+        unpickling process loads the library from the build cache, or compiles it."""
+        arguments = {
+            "symbol": self._symbol,
+            "inputs": self._inputs,
+            "outputs": self._outputs,
+            "dtype": self._dtype,
+            "returns_tuple": self._returns_tuple,
+            "c_source": self._c_source,
+            "explanation": self._explanation,
+            "stages": self._stages,
+        }
+        library = self._library
+        return (_unpickled, (library.cdef, library.flags, arguments))
+
     def __repr__(self) -> str:
         inputs = ", ".join(f"{spec.name}: {spec.shape}" for spec in self._inputs)
         outputs = ", ".join(str(spec.shape) for spec in self._outputs)
@@ -253,3 +276,9 @@ class Kernel:
         if flags.c_contiguous and flags.aligned and value.dtype.isnative:
             return value
         return np.array(value, dtype=expected, order="C")
+
+
+def _unpickled(cdef: str, flags: tuple[str, ...], arguments: dict[str, Any]) -> Kernel:
+    """The kernel `Kernel.__reduce__` describes, its library built (or found) again."""
+    library = build_library(arguments["c_source"], cdef, flags)
+    return Kernel(library=library, **arguments)

@@ -113,6 +113,13 @@ class JitFunction:
     def __repr__(self) -> str:
         return f"<eqsat.jit {self._name}: {len(self._kernels)} kernel(s)>"
 
+    def __reduce__(self) -> str:
+        """Pickle by reference, like a function: the unpickling process imports the module
+        that defines this decorated function (its kernels come back from the compile cache).
+        It requires: the function is defined at module level (else pickle raises, as for a
+        lambda)."""
+        return self.__qualname__  # type: ignore[attr-defined, no-any-return]
+
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """Every parameter's value by name, defaults filled in; ArgumentError if they do not
         bind to the function's signature."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import operator
+import pickle
 import re
 from collections.abc import Callable
 from typing import Any
@@ -352,6 +353,21 @@ def test_jit_takes_exactly_the_keyword_options_of_compile() -> None:
     assert list(CompileOptions.__annotations__) == keyword_only
     with pytest.raises(ArgumentError, match="unknown option.*'threads'.*autotune"):
         eqsat.jit(threads=2)(lambda x: x)  # type: ignore[call-arg]
+
+
+@eqsat.jit(progress=False)
+def module_level_layer(x: Any) -> Any:
+    return np.maximum(x * 2.0, 0.0)
+
+
+def test_a_jit_function_pickles_by_reference_like_a_function() -> None:
+    """multiprocessing and joblib send a module-level @jit function by name; a local one
+    (or a lambda) cannot be pickled, as with plain functions."""
+    assert pickle.loads(pickle.dumps(module_level_layer)) is module_level_layer
+    (x,) = arrays(X)
+    np.testing.assert_array_equal(module_level_layer(x), np.maximum(x * 2, 0))
+    with pytest.raises((pickle.PicklingError, AttributeError)):
+        pickle.dumps(eqsat.jit(lambda x: x + 1))
 
 
 # ------------------------------------------------------------------ clear errors

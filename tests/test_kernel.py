@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+import os
+import pickle
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +20,7 @@ from eqsat.backend_c.build import build_library
 from eqsat.backend_c.kernel import Kernel, TensorSpec
 from eqsat.core.errors import ArgumentError, DTypeError, EqsatError, ShapeError
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
 SHAPE = (3, 4)
 
 
@@ -310,3 +316,40 @@ def test_with_note_extends_the_explanation_and_keeps_the_kernel_callable() -> No
     assert kernel.explain() == "explanation text"
     x = np.ones(SHAPE, np.float32)
     np.testing.assert_array_equal(noted(x, x), kernel(x, x))
+
+
+def test_a_pickled_kernel_runs_in_another_process(cache: Path) -> None:
+    """multiprocessing and joblib pickle kernels: a new process loads the library again (from
+    the build cache, or by compiling its C when the cache is elsewhere)."""
+    kernel = axpy_kernel()
+    x, y = random_inputs("float32")
+    pickled = cache / "kernel.pickle"
+    pickled.write_bytes(pickle.dumps(kernel))
+    script = (
+        "import pickle, sys, numpy as np\n"
+        f"kernel = pickle.loads(open({str(pickled)!r}, 'rb').read())\n"
+        f"x, y = np.load({str(cache / 'x.npy')!r}), np.load({str(cache / 'y.npy')!r})\n"
+        "np.save(sys.argv[1], kernel(x, y))\n"
+        "print(kernel.input_names, kernel.explain())\n"
+    )
+    np.save(cache / "x.npy", x)
+    np.save(cache / "y.npy", y)
+    other_cache = cache / "other"  # the child compiles the C again
+    env = {**os.environ, "EQSAT_CACHE_DIR": str(other_cache), "PYTHONPATH": str(REPO_ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(cache / "out.npy")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "('x', 'y') explanation text"
+    np.testing.assert_array_equal(np.load(cache / "out.npy"), kernel(x, y))
+    assert list(other_cache.glob("*.so"))  # built there, not read from this process's cache
+
+
+def test_a_copy_shares_the_library_and_outputs_pool() -> None:
+    kernel = axpy_kernel()
+    clone = copy.copy(kernel)
+    assert clone._library is kernel._library and clone._output_pool is kernel._output_pool
