@@ -86,7 +86,11 @@ class Tensor:
         return self.shape[0]
 
     def __bool__(self) -> bool:
-        raise TypeError("a symbolic tensor has no truth value; use eqsat.where for conditions")
+        raise TypeError(
+            "a symbolic tensor has no truth value; use eqsat.where for conditions (in an "
+            "@eqsat.jit function a float argument is traced too: to branch on it in Python, "
+            "name it in static_argnames)"
+        )
 
     def __repr__(self) -> str:
         return f"Tensor(shape={self.shape}, dtype={self.dtype}, expr={_short_form(self.expr)})"

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Hashable, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Unpack, overload
+from typing import Any, NamedTuple, Unpack, overload
 
 import numpy as np
 
@@ -46,17 +47,42 @@ class Static:
     kind: type
 
 
+@dataclass(frozen=True)
+class TracedScalar:
+    """A traced argument: a Python or numpy float, passed to the kernel as a 0-d input of its
+    dtype, so its value is not part of the key (`static_argnames` makes a float static)."""
+
+
 # One entry per parameter of the function, in order: (name, what was passed).
-CacheKey = tuple[tuple[str, ArraySpec | Static], ...]
+CacheKey = tuple[tuple[str, ArraySpec | TracedScalar | Static], ...]
+
+class _KnownCall(NamedTuple):
+    """A positional call seen before: its kernel and key, where each kernel input is among the
+    arguments, and which kernel inputs are traced floats (passed as 0-d arrays)."""
+
+    kernel: Kernel
+    key: CacheKey
+    positions: tuple[int, ...]
+    scalars: tuple[int, ...]
+
+
+# Kernels one jit function keeps; the least recently used one is dropped beyond this.
+MAX_KERNELS = 64
 
 
 class JitFunction:
     """A function of numpy arrays compiled to one Kernel per `CacheKey`; made by `eqsat.jit`."""
 
-    def __init__(self, function: Callable[..., Any], **options: Unpack[CompileOptions]) -> None:
-        """It requires: `function` has no *args or **kwargs parameter (each array parameter
-        names a kernel input); `options` are keyword options of `eqsat.compile` (else
-        ArgumentError), passed to it for every kernel."""
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        static_argnames: Iterable[str] = (),
+        **options: Unpack[CompileOptions],
+    ) -> None:
+        """It requires: `function` has no *args or **kwargs parameter (each array or float
+        parameter names a kernel input); `static_argnames` are parameters of it; `options` are
+        keyword options of `eqsat.compile`, passed to it for every kernel (else ArgumentError)."""
         unknown = sorted(set(options) - set(CompileOptions.__annotations__))
         if unknown:
             raise ArgumentError(
@@ -70,14 +96,24 @@ class JitFunction:
                 f"eqsat.jit: {function.__qualname__} has *args or **kwargs; name each parameter "
                 "(array parameters become the kernel's inputs)"
             )
+        parameters = list(signature.parameters)
+        names = [static_argnames] if isinstance(static_argnames, str) else static_argnames
+        static = frozenset(names)
+        if not static <= set(parameters):
+            raise ArgumentError(
+                f"eqsat.jit: static_argnames {sorted(static - set(parameters))} are not "
+                f"parameters of {function.__qualname__} {tuple(parameters)}"
+            )
         functools.update_wrapper(self, function)
         self._function = function
         self._name = function.__qualname__
         self._signature = signature
         self._options = options
-        self._kernels: dict[CacheKey, Kernel] = {}
-        # positional calls already seen -> their kernel and where its inputs are among the args
-        self._positional: dict[tuple[Any, ...], tuple[Kernel, tuple[int, ...]]] = {}
+        self._static = static
+        self._static_positions = frozenset(parameters.index(name) for name in static)
+        self._kernels: OrderedDict[CacheKey, Kernel] = OrderedDict()
+        # positional calls already seen -> what `_call_known` needs to run them
+        self._positional: dict[tuple[Any, ...], _KnownCall] = {}
 
     @property
     def kernels(self) -> Mapping[CacheKey, Kernel]:
@@ -92,23 +128,39 @@ class JitFunction:
         """
         if not kwargs:  # the common call: every argument by position, a kernel already built
             try:
-                known = self._positional.get(_positional_key(args))
+                known = self._positional.get(self._positional_key(args))
             except TypeError:  # an unhashable argument: the full path below names it
                 known = None
             if known is not None:
-                kernel, positions = known
-                return kernel(*[args[position] for position in positions])
+                self._kernels.move_to_end(known.key)
+                values = [args[position] for position in known.positions]
+                for slot in known.scalars:
+                    values[slot] = np.asarray(values[slot], known.kernel.dtype)
+                return known.kernel(*values)
         arguments = self._bind(args, kwargs)
-        kernel = self._kernel(arguments)
+        key = self._key(arguments)
+        kernel = self._kernel(key)
+        traced = {name for name, spec in key if isinstance(spec, TracedScalar)}
         if not kwargs and len(args) == len(arguments):
             names = list(arguments)
-            positions = tuple(names.index(name) for name in kernel.input_names)
-            self._positional[_positional_key(args)] = (kernel, positions)
-        return kernel(**{name: arguments[name] for name in kernel.input_names})
+            self._positional[self._positional_key(args)] = _KnownCall(
+                kernel,
+                key,
+                tuple(names.index(name) for name in kernel.input_names),
+                tuple(k for k, name in enumerate(kernel.input_names) if name in traced),
+            )
+        return kernel(
+            **{
+                name: np.asarray(arguments[name], kernel.dtype)
+                if name in traced
+                else arguments[name]
+                for name in kernel.input_names
+            }
+        )
 
     def kernel_for(self, *args: Any, **kwargs: Any) -> Kernel:
         """The kernel a call with these arguments runs (traced and compiled if new)."""
-        return self._kernel(self._bind(args, kwargs))
+        return self._kernel(self._key(self._bind(args, kwargs)))
 
     def __repr__(self) -> str:
         return f"<eqsat.jit {self._name}: {len(self._kernels)} kernel(s)>"
@@ -130,18 +182,47 @@ class JitFunction:
         bound.apply_defaults()
         return dict(bound.arguments)
 
-    def _kernel(self, arguments: dict[str, Any]) -> Kernel:
-        key = self._key(arguments)
-        if key not in self._kernels:
-            self._kernels[key] = self._compile(key)
-        return self._kernels[key]
+    def _kernel(self, key: CacheKey) -> Kernel:
+        """The kernel of `key`, compiled if new; beyond MAX_KERNELS the least recently used
+        one is dropped (and the positional calls that ran it)."""
+        kernel = self._kernels.get(key)
+        if kernel is not None:
+            self._kernels.move_to_end(key)
+            return kernel
+        kernel = self._kernels[key] = self._compile(key)
+        if len(self._kernels) > MAX_KERNELS:
+            _, dropped = self._kernels.popitem(last=False)
+            self._positional = {
+                call: known
+                for call, known in self._positional.items()
+                if known.kernel is not dropped
+            }
+        return kernel
+
+    def _positional_key(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """What a positional call's kernel depends on, cheap to build: each array's type, shape
+        and dtype, a traced float's type, each other value with its type (`1`, `1.0` and `True`
+        differ). An unhashable value makes an unhashable key."""
+        static = self._static_positions
+        return tuple(
+            (type(a), a.shape, a.dtype)
+            if isinstance(a, np.ndarray)
+            else (type(a),)
+            if isinstance(a, float | np.floating) and k not in static
+            else (type(a), a)
+            for k, a in enumerate(args)
+        )
 
     def _key(self, arguments: dict[str, Any]) -> CacheKey:
-        """What the kernel depends on: each array's shape and dtype, each other value."""
-        key: list[tuple[str, ArraySpec | Static]] = []
+        """What the kernel depends on: each array's shape and dtype, that a float is traced,
+        each other value."""
+        key: list[tuple[str, ArraySpec | TracedScalar | Static]] = []
         for name, value in arguments.items():
             if isinstance(value, np.ndarray):
                 key.append((name, ArraySpec(value.shape, value.dtype.name)))
+                continue
+            if isinstance(value, float | np.floating) and name not in self._static:
+                key.append((name, TracedScalar()))
                 continue
             try:
                 hash(value)
@@ -155,17 +236,21 @@ class JitFunction:
         return tuple(key)
 
     def _compile(self, key: CacheKey) -> Kernel:
-        """Trace the function on symbolic tensors named after its array parameters; compile."""
+        """Trace the function on symbolic tensors named after its array and traced float
+        parameters (floats 0-d, of the arrays' dtype); compile."""
         dtypes = {name: spec.dtype for name, spec in key if isinstance(spec, ArraySpec)}
         if len(set(dtypes.values())) > 1:
             raise DTypeError(
                 f"eqsat.jit: {self._name} got arrays of different dtypes {dtypes}; a kernel has "
                 "one dtype: cast them (eqsat does not)"
             )
+        dtype = next(iter(dtypes.values()), "float32")
         call = self._signature.bind_partial()
         for name, spec in key:
             if isinstance(spec, ArraySpec):
                 call.arguments[name] = self._input(name, spec)
+            elif isinstance(spec, TracedScalar):
+                call.arguments[name] = tensor(name, (), dtype)
             else:
                 call.arguments[name] = spec.value
         result = self._function(*call.args, **call.kwargs)
@@ -193,35 +278,37 @@ def jit(function: Callable[..., Any], /) -> JitFunction: ...
 
 
 @overload
-def jit(**options: Unpack[CompileOptions]) -> Callable[[Callable[..., Any]], JitFunction]: ...
+def jit(
+    *, static_argnames: Iterable[str] = (), **options: Unpack[CompileOptions]
+) -> Callable[[Callable[..., Any]], JitFunction]: ...
 
 
 def jit(
-    function: Callable[..., Any] | None = None, /, **options: Unpack[CompileOptions]
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    static_argnames: Iterable[str] = (),
+    **options: Unpack[CompileOptions],
 ) -> JitFunction | Callable[[Callable[..., Any]], JitFunction]:
     """Decorate a function of numpy arrays: `@eqsat.jit` or `@eqsat.jit(limits=..., isa=...)`.
 
-    On the first call per (array shapes and dtypes, values of the other arguments) the function
-    runs once on symbolic tensors named after its parameters (numpy calls on them build the
-    expression), `eqsat.compile(result, **options)` builds a Kernel, and the kernel runs; later
-    calls with the same key run the kept kernel without calling the function. `options` are
+    On the first call per key the function runs once on symbolic tensors named after its
+    parameters (numpy calls on them build the expression), `eqsat.compile(result, **options)`
+    builds a Kernel, and the kernel runs; later calls with the same key run the kept kernel
+    without calling the function. The key: each array's shape and dtype; that a float (Python
+    or numpy) was passed, not its value (it is a 0-d kernel input: `f(x, 0.1)` and `f(x, 0.2)`
+    share a kernel), unless its parameter is in `static_argnames`; every other value (ints,
+    bools, strings, ...: static, passed to the function as it is). The MAX_KERNELS most
+    recently used kernels are kept. `options` are
     any keyword options of `eqsat.compile` (`limits`, `isa`, `autotune`, `extra_rules`,
     `assume_finite`, ...; `cache=False` skips the on-disk compile cache, not the kernels this
     function keeps).
 
     It requires: the function returns an expression of its array arguments, or a tuple/list of
-    them (then calls return a tuple); arrays are float32 or float64, one dtype per call; other
-    arguments (ints, floats, bools, ...) are hashable and are passed to it unchanged.
+    them (then calls return a tuple); arrays are float32 or float64, one dtype per call; static
+    arguments are hashable; a traced float is not used in Python control flow (`if alpha > 0`:
+    make it static).
     """
     if function is None:
-        return functools.partial(JitFunction, **options)
-    return JitFunction(function, **options)
-
-
-def _positional_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """What a positional call's kernel depends on, cheap to build: each array's type, shape and
-    dtype, each other value with its type (`1`, `1.0` and `True` differ). An unhashable value
-    makes an unhashable key."""
-    return tuple(
-        (type(a), a.shape, a.dtype) if isinstance(a, np.ndarray) else (type(a), a) for a in args
-    )
+        return functools.partial(JitFunction, static_argnames=static_argnames, **options)
+    return JitFunction(function, static_argnames=static_argnames, **options)

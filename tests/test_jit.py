@@ -239,9 +239,9 @@ def test_jit_traces_once_per_shape_and_dtype() -> None:
     x64, w64 = x.astype(np.float64), w.astype(np.float64)
     assert_close(scale_rows(x64, w64), x64 * w64, "float64")
     assert len(traced_with) == 3
-    assert [key[0] for key in scale_rows.kernels] == [
-        ("x", ArraySpec(X, "float32")),
+    assert [key[0] for key in scale_rows.kernels] == [  # least recently used first
         ("x", ArraySpec((4, 16), "float32")),
+        ("x", ArraySpec(X, "float32")),
         ("x", ArraySpec(X, "float64")),
     ]
 
@@ -249,7 +249,7 @@ def test_jit_traces_once_per_shape_and_dtype() -> None:
 def test_jit_static_scalars_are_part_of_the_key() -> None:
     traced: list[Any] = []
 
-    @eqsat.jit
+    @eqsat.jit(static_argnames=("shift",))  # ints and bools are static anyway
     def power(x: Any, n: int, shift: float = 0.0, negate: bool = False) -> Any:
         traced.append((n, shift, negate))
         y = x**n + shift
@@ -278,16 +278,59 @@ def test_jit_keyword_arguments_and_defaults_share_one_kernel() -> None:
         return alpha * (x @ W) + b
 
     x, W, b = arrays(X, (16, 4), (4,))
-    want = 0.5 * (x.astype(np.float64) @ W.astype(np.float64)) + b
-    for call in (
-        lambda: affine(x, W, b),
-        lambda: affine(x=x, W=W, b=b),
-        lambda: affine(x, b=b, W=W),
-        lambda: affine(x, W, b, alpha=0.5),
+    product = x.astype(np.float64) @ W.astype(np.float64)
+    for call, alpha in (
+        (lambda: affine(x, W, b), 0.5),
+        (lambda: affine(x=x, W=W, b=b), 0.5),
+        (lambda: affine(x, b=b, W=W), 0.5),
+        (lambda: affine(x, W, b, alpha=0.25), 0.25),  # a traced float: the same kernel
+        (lambda: affine(x, W, b, np.float32(2.0)), 2.0),
     ):
-        assert_close(call(), want, "float32")
-    assert calls == [0.5]
+        assert_close(call(), alpha * product + b, "float32")
+    assert len(calls) == 1 and isinstance(calls[0], eqsat.Tensor)
+    assert calls[0].shape == () and len(affine.kernels) == 1
     assert affine.kernel_for(b=b, W=W, x=x) is next(iter(affine.kernels.values()))
+
+
+def test_a_float_argument_is_traced_once_and_passed_at_run_time() -> None:
+    traced: list[Any] = []
+
+    @eqsat.jit
+    def leaky(x: Any, slope: float) -> Any:
+        traced.append(slope)
+        return np.where(x > 0, x, slope * x)
+
+    (x,) = arrays(X)
+    for slope in (0.1, 0.2, np.float64(0.3), 0.1):  # the positional fast path converts each
+        assert_close(leaky(x, slope), np.where(x > 0, x, slope * x.astype(np.float64)), "float32")
+    assert len(traced) == 1 and len(leaky.kernels) == 1
+    assert leaky.kernel_for(x, 0.5).input_names == ("x", "slope")
+    with pytest.raises(TypeError, match="traced too.*static_argnames"):
+
+        @eqsat.jit
+        def branchy(x: Any, alpha: float) -> Any:
+            return x * 2 if alpha > 0 else x
+
+        branchy(x, 1.0)
+    with pytest.raises(ArgumentError, match=r"static_argnames \['alhpa'\] are not parameters"):
+        eqsat.jit(static_argnames=["alhpa"])(lambda x, alpha: x * alpha)
+
+
+def test_the_kernel_table_keeps_the_most_recently_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(eqsat.tracing, "MAX_KERNELS", 2)
+    traced: list[tuple[int, ...]] = []
+
+    @eqsat.jit
+    def double(x: Any) -> Any:
+        traced.append(x.shape)
+        return x * 2
+
+    a, b, c = arrays((2, 3), (3, 3), (4, 3))
+    for x in (a, b, a, c):  # a is used again before c comes, so b is the one dropped
+        np.testing.assert_array_equal(double(x), x * 2)
+    assert [key[0][1].shape for key in double.kernels] == [(2, 3), (4, 3)]
+    np.testing.assert_array_equal(double(b), b * 2)  # traced again, not run from a stale entry
+    assert traced == [(2, 3), (3, 3), (4, 3), (3, 3)]
 
 
 def test_jit_multiple_outputs_return_a_tuple() -> None:
@@ -491,7 +534,7 @@ def test_jit_refuses_unhashable_arguments_and_variadic_functions() -> None:
 def test_positional_calls_reuse_the_kernel_of_their_shapes_and_static_values() -> None:
     calls: list[object] = []
 
-    @eqsat.jit
+    @eqsat.jit(static_argnames="scale")
     def shifted(scale, x, y):  # type: ignore[no-untyped-def]
         calls.append(scale)
         return x * scale - y

@@ -229,7 +229,7 @@ def run_workload(
         inputs = random_inputs(workload.shapes, "float32", rng)
         got = np.asarray(kernel(**inputs))
         _check(result, got, workload, inputs)
-        functions = {
+        functions: dict[str, Callable[[], object]] = {
             "eqsat": partial(kernel, **inputs),
             "numpy": partial(workload.reference, **inputs),
             **{name: partial(other, **inputs) for name, other in workload.others.items()},
