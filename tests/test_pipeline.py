@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 import eqsat
-from eqsat.extract.machine import Machine
+from tests.machines import PINNED
 from tests.programs import Program, assert_close, programs, reference
-from tests.test_calibrate import FakeMeasure
-
-# A machine of fixed figures, for tests of what the cost model chooses: the host's calibration
-# differs from machine to machine (and on a loaded one from run to run).
-PINNED = Machine("avx512", cores=2, l1_bytes=48 << 10, l2_bytes=1 << 20, l3_bytes=32 << 20)
-PINNED = replace(PINNED, calibration=FakeMeasure()(PINNED))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
