@@ -29,7 +29,7 @@ from eqsat.core.errors import CompileError
 from eqsat.extract.machine import cpu_flags
 
 # Bump when the emitted code or the build changes in a way the other key parts do not capture.
-CODEGEN_VERSION = 3
+CODEGEN_VERSION = 4
 
 # -fno-tree-vectorize: the schedule is what runs. The e-graph chooses which loops are Vector
 # loops; gcc vectorizing others behind the cost model's back made nests of one predicted cost
@@ -40,6 +40,24 @@ BASE_FLAGS = (
 
 # Loading a library built with these turns on flush-to-zero for the whole Python process.
 FORBIDDEN_FLAGS = frozenset({"-ffast-math", "-Ofast", "-funsafe-math-optimizations"})
+
+# A parallel region's worker threads keep off the CPU of the thread that starts it. Woken from
+# sleep (OPENMP_WAIT below), Linux may place a worker on its waker's CPU, and both then
+# share one core until the load balancer moves one, milliseconds later: a 1024^3 product after
+# idle took twice as long (docs/MEASUREMENTS.md). The affinity changes only when the starting
+# CPU does; the calling thread's own affinity is never touched.
+THREADS_PREAMBLE = """static _Thread_local int eq_avoided_cpu = -1;
+
+static void eq_keep_off(int cpu) {
+    if (omp_get_thread_num() == 0 || cpu < 0 || cpu == eq_avoided_cpu) return;
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+    if (eq_avoided_cpu >= 0) CPU_SET(eq_avoided_cpu, &allowed);
+    CPU_CLR(cpu, &allowed);
+    if (CPU_COUNT(&allowed) > 0 && sched_setaffinity(0, sizeof allowed, &allowed) == 0)
+        eq_avoided_cpu = cpu;
+}
+"""
 
 
 @dataclass(frozen=True)
@@ -175,14 +193,35 @@ def _load_entry(
         return None
 
 
+# How OpenMP's worker threads wait for the next parallel region, unless the user chose
+# (OMP_WAIT_POLICY or GOMP_SPINCOUNT): spin 10,000 rounds (0.1-0.3 ms), then sleep. A region
+# whose workers still spin starts in ~1 us; one whose workers sleep in 30-50 us, which made a
+# parallel kernel of 0.1-1 ms called in a loop no faster than on one thread. Spinning forever
+# (libgomp's ACTIVE) fights other processes for the cores (docs/MEASUREMENTS.md).
+OPENMP_WAIT = {"GOMP_SPINCOUNT": "10000"}
+_USER_WAIT_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+_environment_lock = threading.Lock()
+
+
+def openmp_wait() -> dict[str, str]:
+    """The wait settings kernels run with: the user's own, else OPENMP_WAIT."""
+    users = {name: os.environ[name] for name in _USER_WAIT_SETTINGS if name in os.environ}
+    return users or dict(OPENMP_WAIT)
+
+
 def _dlopen(ffi: cffi.FFI, so_path: Path) -> Any:
-    """`ffi.dlopen(so_path)`, with the OpenMP environment set first (see below)."""
-    # OpenMP threads that wait by spinning lose whole scheduler ticks on a shared machine when
-    # another process holds a core, so every parallel kernel then took milliseconds, whatever its
-    # size (docs/MEASUREMENTS.md). Set before libgomp loads with the first kernel; a value the
-    # user set is kept.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    return ffi.dlopen(str(so_path))
+    """`ffi.dlopen(so_path)`. libgomp reads its settings when it loads (with the first kernel):
+    OPENMP_WAIT is in the environment for that moment only, so the user's environment is left
+    as it was; a wait setting of the user's own is kept instead."""
+    with _environment_lock:
+        if openmp_wait() != OPENMP_WAIT:
+            return ffi.dlopen(str(so_path))
+        os.environ.update(OPENMP_WAIT)
+        try:
+            return ffi.dlopen(str(so_path))
+        finally:
+            for name in OPENMP_WAIT:
+                del os.environ[name]
 
 
 def _compile(c_source: str, flags: Sequence[str], directory: Path, key: str) -> None:

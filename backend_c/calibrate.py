@@ -9,9 +9,10 @@ One small C library (built by `build.build_library`) holds the measuring kernels
 - `calib_triad`: `a = b + s * c` on float32 vectors, each thread repeating its own slice, so the
   slice stays in the cache level it was sized for: half of L1, L2 (per core) or L3 (shared),
   and 4x L3 for DRAM;
-- `calib_regions`: back-to-back parallel regions that do nothing, on all cores: the start cost
-  of a parallel loop (`Calibration.parallel_start_seconds`), with the OpenMP wait policy kernels
-  run with.
+- `calib_regions`: parallel regions that do nothing, on all cores, each after REGION_IDLE_SECONDS
+  in which the workers stop spinning and sleep: the start cost of a parallel loop
+  (`Calibration.parallel_start_seconds`, the median) that a kernel pays unless it runs right
+  after another region (then ~1 us), with the OpenMP wait settings kernels run with.
 Each figure is the best of a few timed calls of at least MIN_CALL_SECONDS: peaks, not averages.
 Measured on the design machine (AMD EPYC, AVX-512, 2 cores), the whole run takes ~2.5 s.
 
@@ -33,7 +34,15 @@ from typing import Any
 
 import numpy as np
 
-from eqsat.backend_c.build import Library, build_library, cache_dir, file_lock, write_atomically
+from eqsat.backend_c.build import (
+    THREADS_PREAMBLE,
+    Library,
+    build_library,
+    cache_dir,
+    file_lock,
+    openmp_wait,
+    write_atomically,
+)
 from eqsat.backend_c.isa import GCC_FLAGS
 from eqsat.extract.machine import (
     DTYPES,
@@ -47,10 +56,12 @@ from eqsat.extract.machine import (
 )
 
 # Bump when the kernels or the way they are timed change: cached figures are then re-measured.
-CALIBRATION_VERSION = 2
+CALIBRATION_VERSION = 3
 CHAINS = 12
 MIN_CALL_SECONDS = 0.02
 TIMED_CALLS = 5
+REGIONS = 21  # parallel regions timed for their start cost ...
+REGION_IDLE_SECONDS = 3e-3  # ... each after this long, past the workers' spin (build.OPENMP_WAIT)
 _PAD_FLOATS = 64  # between the triad arrays, so that a[i], b[i], c[i] differ in their low bits
 _C_TYPES = {"float32": "float", "float64": "double"}
 
@@ -59,14 +70,23 @@ double calib_fma_float32(int64_t iterations, int threads);
 double calib_fma_float64(int64_t iterations, int threads);
 void calib_triad(float *a, const float *b, const float *c, int64_t n, int64_t reps,
                  int threads);
-void calib_regions(int64_t regions, float *sink);
+void calib_regions(int64_t regions, double idle_seconds, double *seconds, float *sink);
 """
 
 _REGIONS_SOURCE = """
-void calib_regions(int64_t regions, float *sink) {
+void calib_regions(int64_t regions, double idle_seconds, double *seconds, float *sink) {
     for (int64_t r = 0; r < regions; ++r) {
-        #pragma omp parallel for schedule(static)
-        for (int t = 0; t < omp_get_num_threads(); ++t) sink[16 * t] += 1.0f;
+        const double idle_until = omp_get_wtime() + idle_seconds;
+        while (omp_get_wtime() < idle_until) {}  /* busy, as a caller between two kernels */
+        const double start = omp_get_wtime();
+        const int starting_cpu = sched_getcpu();
+        #pragma omp parallel
+        {
+            eq_keep_off(starting_cpu);
+            #pragma omp for schedule(static)
+            for (int t = 0; t < omp_get_num_threads(); ++t) sink[16 * t] += 1.0f;
+        }
+        seconds[r] = omp_get_wtime() - start;
     }
 }
 """
@@ -76,8 +96,10 @@ typedef {ctype} vec_{dtype} __attribute__((vector_size({vector_bytes})));
 
 double calib_fma_{dtype}(int64_t iterations, int threads) {{
     double checksum = 0.0;
+    const int starting_cpu = sched_getcpu();
     #pragma omp parallel num_threads(threads) reduction(+ : checksum)
     {{
+        eq_keep_off(starting_cpu);
         const vec_{dtype} zero = {{0}};
         const vec_{dtype} m = zero + ({ctype})0.999999, c = zero + ({ctype})0.001;
         vec_{dtype} acc[{chains}];
@@ -94,8 +116,10 @@ double calib_fma_{dtype}(int64_t iterations, int threads) {{
 _TRIAD_TEMPLATE = """
 void calib_triad(float *a, const float *b, const float *c, int64_t n, int64_t reps,
                  int threads) {{
+    const int starting_cpu = sched_getcpu();
     #pragma omp parallel num_threads(threads)
     {{
+        eq_keep_off(starting_cpu);
         const int64_t vectors = n / {lanes}, t = omp_get_thread_num(), nt = omp_get_num_threads();
         const int64_t lo = vectors * t / nt, hi = vectors * (t + 1) / nt;
         vec_float32 *va = (vec_float32 *)a;
@@ -113,7 +137,9 @@ void calib_triad(float *a, const float *b, const float *c, int64_t n, int64_t re
 
 def calibration_source(machine: Machine) -> str:
     """The C source of the measuring kernels for `machine`'s ISA (see the module doc)."""
-    parts = ["#include <stdint.h>\n#include <omp.h>\n"]
+    # the kernels' parallel regions, measured as emit.py writes them
+    parts = ["#define _GNU_SOURCE\n#include <sched.h>\n#include <stdint.h>\n#include <omp.h>\n"]
+    parts.append(THREADS_PREAMBLE)
     for dtype in DTYPES:
         lanes = machine.lanes(dtype)
         parts.append(
@@ -209,10 +235,19 @@ def measure(machine: Machine) -> Calibration:
     flops_per_cycle = FMA_PER_CYCLE * 2 * machine.lanes("float32")
     clock_hz = peak_flops["float32"][1] / flops_per_cycle
     sink = _aligned_floats(16 * max(counts))
-    pointer = library.ffi.from_buffer("float[]", sink)
-    regions_per_second = _best_rate(lambda regions: library.lib.calib_regions(regions, pointer), 1)
+    region_seconds = np.zeros(REGIONS)
+    library.lib.calib_regions(
+        REGIONS,
+        REGION_IDLE_SECONDS,
+        library.ffi.from_buffer("double[]", region_seconds),
+        library.ffi.from_buffer("float[]", sink),
+    )
     return Calibration(
-        peak_flops, bandwidth, time.perf_counter() - start, clock_hz, 1 / regions_per_second
+        peak_flops,
+        bandwidth,
+        time.perf_counter() - start,
+        clock_hz,
+        float(np.median(region_seconds)),
     )
 
 
@@ -231,13 +266,15 @@ def _triad_rate(library: Library, buffer: np.ndarray, n: int, threads: int) -> f
 
 
 def calibration_key(machine: Machine) -> str:
-    """What the cached figures depend on: CPU model and flags, compiler flags, the Machine."""
+    """What the cached figures depend on: CPU model and flags, compiler flags, the Machine,
+    OpenMP's wait settings."""
     parts = [
         CALIBRATION_VERSION,
         cpu_model(),
         sorted(cpu_flags()),
         list(_flags(machine)),
         asdict(replace(machine, calibration=None)),
+        openmp_wait(),
     ]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 

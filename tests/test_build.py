@@ -14,7 +14,14 @@ import numpy as np
 import pytest
 
 from eqsat.backend_c.abi import prototype
-from eqsat.backend_c.build import Library, build_library, cache_dir, write_atomically
+from eqsat.backend_c.build import (
+    OPENMP_WAIT,
+    THREADS_PREAMBLE,
+    Library,
+    build_library,
+    cache_dir,
+    write_atomically,
+)
 from eqsat.core.errors import CompileError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -244,29 +251,40 @@ def test_cache_dir_reads_environment_each_call(
     assert cache_dir() == tmp_path / "home" / ".cache" / "eqsat"
 
 
-@pytest.mark.parametrize("user_value", [None, "ACTIVE"])
-def test_omp_wait_policy_is_set_when_a_library_loads_not_on_import(
-    cache: Path, user_value: str | None
+@pytest.mark.parametrize(
+    ("user_setting", "spin_count"),
+    [(None, OPENMP_WAIT["GOMP_SPINCOUNT"]), ("OMP_WAIT_POLICY=PASSIVE", "0")],
+)
+def test_openmp_reads_eqsats_wait_setting_at_load_and_the_environment_is_left_as_it_was(
+    cache: Path, user_setting: str | None, spin_count: str
 ) -> None:
-    source, cdef = axpy_source("axpy_wait_policy")
+    """libgomp, loaded with the first kernel, spins OPENMP_WAIT's rounds (its settings as
+    OMP_DISPLAY_ENV prints them), unless the user chose a wait setting; os.environ is unchanged."""
+    source = (
+        "int parallel_ones(void) {\n    int ones = 0;\n"
+        "    #pragma omp parallel reduction(+ : ones)\n    ones += 1;\n    return ones;\n}\n"
+    )
     script = (
         "import os\n"
         "import eqsat.backend_c.build as build\n"
-        "print(os.environ.get('OMP_WAIT_POLICY'))\n"
-        f"build.build_library({source!r}, {cdef!r}, [])\n"
-        "print(os.environ.get('OMP_WAIT_POLICY'))\n"
+        "before = dict(os.environ)\n"
+        f"library = build.build_library({source!r}, 'int parallel_ones(void);', [])\n"
+        "assert library.lib.parallel_ones() >= 1\n"
+        "print(dict(os.environ) == before)\n"
     )
     env = {**os.environ, "EQSAT_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO_ROOT)}
-    env.pop("OMP_WAIT_POLICY", None)
-    if user_value is not None:
-        env["OMP_WAIT_POLICY"] = user_value
+    for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        env.pop(name, None)
+    if user_setting is not None:
+        name, value = user_setting.split("=")
+        env[name] = value
+    env["OMP_DISPLAY_ENV"] = "verbose"  # libgomp prints the settings it read when it loads
     result = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
-    on_import, after_load = result.stdout.split()
-    assert on_import == str(user_value)  # importing the module changes nothing
-    assert after_load == (user_value or "PASSIVE")  # a value the user set is kept
+    assert result.stdout.split() == ["True"]
+    assert f"GOMP_SPINCOUNT = '{spin_count}'" in result.stderr
 
 
 def test_write_atomically_replaces_the_file_and_leaves_no_tmp_on_failure(tmp_path: Path) -> None:
@@ -279,3 +297,32 @@ def test_write_atomically_replaces_the_file_and_leaves_no_tmp_on_failure(tmp_pat
     with pytest.raises(OSError):
         write_atomically(directory, b"data")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_directory", "entry.json"]
+
+
+def test_region_workers_keep_off_the_starting_cpu_and_the_caller_keeps_its_affinity(
+    cache: Path,
+) -> None:
+    """THREADS_PREAMBLE: each worker of a parallel region leaves the CPU the region started on
+    (so a woken worker does not share its waker's core); the calling thread is never bound."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs to keep off one")
+    source = (
+        "#define _GNU_SOURCE\n#include <sched.h>\n#include <omp.h>\n#include <stdint.h>\n"
+        f"{THREADS_PREAMBLE}\n"
+        "void where_threads_ran(int64_t *cpus) {\n"
+        "    const int starting_cpu = sched_getcpu();\n"
+        "    cpus[0] = starting_cpu;\n"
+        "    #pragma omp parallel num_threads(2)\n"
+        "    {\n"
+        "        eq_keep_off(starting_cpu);\n"
+        "        if (omp_get_thread_num() == 1) cpus[1] = sched_getcpu();\n"
+        "    }\n"
+        "}\n"
+    )
+    library = build_library(source, "void where_threads_ran(int64_t *cpus);", [])
+    before = os.sched_getaffinity(0)
+    for _ in range(20):
+        cpus = np.full(2, -1, dtype=np.int64)
+        library.lib.where_threads_ran(library.ffi.from_buffer("int64_t[]", cpus))
+        assert cpus[1] >= 0 and cpus[1] != cpus[0]
+    assert os.sched_getaffinity(0) == before

@@ -79,7 +79,9 @@ def interleaved_medians(
     `each_seconds`, a function also leaves the rounds once it has MIN_ROUNDS samples taking that
     long in total (a slow function gets few rounds, a fast one many). With `settle_seconds`, the
     process idles that long before each block, so the threads a function left spinning (a BLAS
-    library's) have gone to sleep before another one is timed.
+    library's) have gone to sleep before another one is timed; then one untimed call wakes the
+    function's own threads, so the block still times its steady state and not a first call after
+    idle (which on a virtual machine can take twice as long while a sleeping core wakes).
 
     It requires: `repeats` >= 1.
     """
@@ -99,6 +101,7 @@ def interleaved_medians(
             function, count = functions[name], calls[name]
             if settle_seconds:
                 time.sleep(settle_seconds)
+                function()  # a first call after idle wakes thread pools: not steady state
             before = time.perf_counter()
             for _ in range(count):
                 function()
