@@ -15,6 +15,7 @@ from egglog.egraph import FactLike
 
 from eqsat.core.loops import REGISTER_BUDGET
 from eqsat.core.terms import Axis, LoopKind, Stmt
+from eqsat.extract.loop_cost import CACHE_USE
 from eqsat.extract.machine import Machine
 from eqsat.rewrites.rule import Identity
 
@@ -24,10 +25,15 @@ SERIAL = LoopKind.serial()
 @dataclass(frozen=True)
 class TileSizes:
     """Split factors for one kernel: `cache` tiles split named axes only; `register` tiles split
-    named axes or the inner loop of a cache tile."""
+    named axes or the inner loop of a cache tile; `depth` tiles split only a matmul's
+    contraction axis (named CONTRACTION by the lowering)."""
 
     cache: tuple[int, ...]
     register: tuple[int, ...]
+    depth: tuple[int, ...] = ()
+
+
+CONTRACTION = "k"  # the lowering's name for a matmul's contraction axis (rewrites/lowering.py)
 
 
 def split_identity(tile: int) -> Identity:
@@ -46,6 +52,30 @@ def split_identity(tile: int) -> Identity:
             Stmt.loop(Axis.inner(Axis.named(name, extent), tile), SERIAL, body),
         ),
         # A tile that does not divide the extent ends in a remainder tile (loops.trip_runs).
+        guard=(longer_than_tile,),
+    )
+
+
+def split_depth_identity(tile: int) -> Identity:
+    """A split of a matmul's contraction axis only: its depth tile bounds the panels a register
+    tile streams through L1, which the row and column blocks (cache tiles, sized by L2) do not."""
+
+    def longer_than_tile(extent: i64) -> list[FactLike]:
+        """The contraction axis has more than one tile of iterations (extent > tile)."""
+        return [extent > i64(tile)]
+
+    k = String(CONTRACTION)
+    return Identity(
+        f"split-depth-{tile}",
+        f"for {CONTRACTION}: body -> for {CONTRACTION}.outer({tile}): "
+        f"for {CONTRACTION}.inner({tile}): body",
+        {"extent": i64, "body": Stmt},
+        lhs=lambda extent, body: Stmt.loop(Axis.named(k, extent), SERIAL, body),
+        rhs=lambda extent, body: Stmt.loop(
+            Axis.outer(Axis.named(k, extent), tile),
+            SERIAL,
+            Stmt.loop(Axis.inner(Axis.named(k, extent), tile), SERIAL, body),
+        ),
         guard=(longer_than_tile,),
     )
 
@@ -71,9 +101,12 @@ def split_tile_identity(cache: int, tile: int) -> Identity:
 
 
 def tile_sizes(machine: Machine, dtype: str) -> TileSizes:
-    """Tiles for `machine`: a register tile of `rows` x (2 vectors), and a cache tile T (a power of
+    """Tiles for `machine`: a register tile of `rows` x (2 vectors), a cache tile T (a power of
     two) such that a T-deep panel of register-tile columns fits L1 and a T x T block fits half of
-    L2 (ARCHITECTURE §5b: 6-8 rows x 32 columns, 256-deep blocks on this machine)."""
+    L2 (ARCHITECTURE §5b: 6-8 rows x 32 columns, 256-deep blocks on this machine), and a depth
+    tile D < T for the contraction axis where the cost model would not keep a T-deep panel in
+    L1: D-deep rows of both operands of a register tile fit the part of L1 a footprint may
+    fill (CACHE_USE)."""
     lanes = machine.lanes(dtype)
     item = 4 if dtype == "float32" else 8
     columns = 2 * lanes if lanes > 1 else 4
@@ -83,13 +116,21 @@ def tile_sizes(machine: Machine, dtype: str) -> TileSizes:
         cache * columns * item > machine.l1_bytes or cache * cache * item > machine.l2_bytes // 2
     ):
         cache //= 2
-    return TileSizes(cache=(cache,), register=tuple(sorted({rows, columns})))
+    depth = cache
+    while depth > columns and depth * (columns + rows) * item > machine.l1_bytes * CACHE_USE:
+        depth //= 2
+    return TileSizes(
+        cache=(cache,),
+        register=tuple(sorted({rows, columns})),
+        depth=(depth,) if depth < cache else (),
+    )
 
 
 def split_identities(tiles: TileSizes) -> tuple[Identity, ...]:
     first = sorted(set(tiles.cache) | set(tiles.register))
     return (
         *(split_identity(t) for t in first),
+        *(split_depth_identity(t) for t in tiles.depth if t not in first),
         *(
             split_tile_identity(cache, t)
             for cache in tiles.cache

@@ -29,12 +29,17 @@ from eqsat.rewrites.interchange import IDENTITIES as INTERCHANGE
 from eqsat.rewrites.lowering import lower
 from eqsat.rewrites.rule import KEBAB_CASE, Identity, Predicate
 from eqsat.rewrites.schedule import loop_rules
-from eqsat.rewrites.tiling import TileSizes, split_identities, split_identity
+from eqsat.rewrites.tiling import (
+    TileSizes,
+    split_depth_identity,
+    split_identities,
+    split_identity,
+)
 from tests.programs import SMALL_DIMS, Program, assert_variant_agrees, programs
 
 LOOP_IDENTITIES = (
     *INTERCHANGE,
-    *split_identities(TileSizes(cache=(4,), register=(2,))),
+    *split_identities(TileSizes(cache=(4,), register=(2,), depth=(3,))),
     *FUSION,
     *annotate_identities(4, 2),
 )
@@ -211,6 +216,13 @@ def test_split_fail_extent_not_larger_than_the_tile() -> None:
     assert not applies(split_identity(8), loop(axis("i", 6), store))
     assert applies(split_identity(4), loop(axis("i", 6), store))  # a tile of 4, then one of 2
     assert applies(split_identity(3), loop(axis("i", 6), store))
+
+
+def test_split_depth_fail_not_the_contraction_axis() -> None:
+    """A depth tile splits only the axis the lowering names for a matmul's contraction."""
+    for name, splits in (("k", True), ("i0", False), ("r1", False)):
+        store = Term("Stmt.store", ("out0", at(plain(axis(name, 6))), Term("Scalar.const", (1.0,))))
+        assert applies(split_depth_identity(4), loop(axis(name, 6), store)) == splits, name
 
 
 def rows_then_sums(read_index: Term) -> Term:
