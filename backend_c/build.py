@@ -1,7 +1,9 @@
 """Compile C source with gcc, load it with cffi, and keep the result in an on-disk cache.
 
 A cache entry is three files named by a content key in `cache_dir()`:
-`<key>.c` (the source, kept for reading), `<key>.so` and `<key>.sha256` (sha256 of the .so).
+`<key>.c` (the source, kept for reading), `<key>.so` and `<key>.sha256` (sha256 of the .so);
+a library built with a Python extension part (a kernel's call entry, `backend_c/entry.py`) also
+keeps that part's source at `<key>.entry.c`.
 Entries are written with tmp-file + `os.replace` under an `fcntl.flock` on `<key>.lock`, so
 processes building the same kernel at once compile it once. An entry whose .so does not match its
 sidecar, or that fails to load, is rebuilt, never loaded.
@@ -12,19 +14,25 @@ from __future__ import annotations
 import fcntl
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import subprocess
+import sys
+import sysconfig
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import cffi
+import numpy as np
 
+from eqsat.backend_c.entry import MODULE_NAME
 from eqsat.core.errors import CompileError
 from eqsat.extract.machine import cpu_flags
 
@@ -62,8 +70,10 @@ static void eq_keep_off(int cpu) {
 
 @dataclass(frozen=True)
 class Library:
-    """A loaded shared library: `lib` exposes the functions declared in `ffi`'s cdef; `cdef`
-    and `flags` are the `build_library` arguments it was built with."""
+    """A loaded shared library: `lib` exposes the functions declared in `ffi`'s cdef; `cdef`,
+    `flags` and `extension_source` are the `build_library` arguments it was built with.
+    `extension` is the loaded extension module when one was asked for and built, else None;
+    `extension_note` then says why it is missing ("" when none was asked for)."""
 
     ffi: cffi.FFI
     lib: Any
@@ -71,10 +81,14 @@ class Library:
     cache_hit: bool
     cdef: str
     flags: tuple[str, ...]
+    extension_source: str | None = None
+    extension: ModuleType | None = None
+    extension_note: str = ""
 
 
-# Loaded libraries of this process by .so path: a path is never dlopen-ed twice by us.
-_loaded: dict[Path, Library] = {}
+# Loaded libraries of this process by cache directory and request (`_cache_key` of
+# build_library's arguments): the same request gives the same Library, dlopen-ed once.
+_loaded: dict[tuple[Path, str], Library] = {}
 _loaded_lock = threading.Lock()
 
 
@@ -94,12 +108,20 @@ def cache_dir() -> Path:
     return directory
 
 
-def build_library(c_source: str, cdef: str, flags: Sequence[str]) -> Library:
+def build_library(
+    c_source: str, cdef: str, flags: Sequence[str], *, extension: str | None = None
+) -> Library:
     """Compile `c_source` (or reuse the cached build) and load it with the declarations `cdef`.
 
     It requires:
     1. `cdef` declares, in cffi syntax (no `restrict`), the functions of `c_source` to call;
-    2. `flags` holds none of `FORBIDDEN_FLAGS` (else ValueError).
+    2. `flags` holds none of `FORBIDDEN_FLAGS` (else ValueError);
+    3. `extension`, if given, is C source defining the CPython extension module
+       `entry.MODULE_NAME` (multi-phase init), which may call `c_source`'s functions.
+
+    The extension is a second translation unit of the same .so, loaded with importlib as
+    `Library.extension`. Without Python's or numpy's headers, or if it fails to compile, the
+    library is built without it and `Library.extension_note` says why.
 
     Calling it twice with the same arguments in one process returns the same `Library` object.
     Raises `CompileError` when gcc is missing or fails; the source is kept at `<key>.c`.
@@ -109,27 +131,77 @@ def build_library(c_source: str, cdef: str, flags: Sequence[str]) -> Library:
         raise ValueError(
             f"refusing compiler flags {forbidden}: they enable flush-to-zero in this process"
         )
+    request = (cache_dir(), _cache_key(c_source, cdef, flags, extension))
+    with _loaded_lock:
+        library = _loaded.get(request)
+    if library is None:
+        library = _built(c_source, cdef, tuple(flags), extension)
+        with _loaded_lock:
+            library = _loaded.setdefault(request, library)
+    return library
+
+
+def _built(
+    c_source: str, cdef: str, flags: tuple[str, ...], extension: str | None
+) -> Library:
+    """`build_library`'s result, without its cache of loaded libraries."""
+    if extension is not None:
+        includes, missing = _extension_includes()
+        if missing:
+            library = _built(c_source, cdef, flags, None)
+            return replace(library, extension_source=extension, extension_note=missing)
+        try:
+            return _cached_build(c_source, cdef, flags, extension, includes)
+        except CompileError as error:
+            library = _built(c_source, cdef, flags, None)  # raises if the kernel is the cause
+            note = f"calls go through cffi: the C call entry did not compile ({error.c_path})"
+            return replace(library, extension_source=extension, extension_note=note)
+    return _cached_build(c_source, cdef, flags, None, ())
+
+
+def _cached_build(
+    c_source: str,
+    cdef: str,
+    flags: tuple[str, ...],
+    extension: str | None,
+    includes: Sequence[str],
+) -> Library:
+    """Load the cache entry of these arguments, compiling it first if it is missing or bad."""
     ffi = cffi.FFI()
     ffi.cdef(cdef)
-    key = _cache_key(c_source, cdef, flags)
+    key = _cache_key(c_source, cdef, flags, extension)
     directory = cache_dir()
     so_path = directory / f"{key}.so"
-    with _loaded_lock:
-        library = _loaded.get(so_path)
-    if library is not None:
-        return library
     with file_lock(directory / f"{key}.lock"):
-        library = _load_entry(ffi, so_path, cdef, flags)
+        library = _load_entry(ffi, so_path, cdef, flags, extension)
         if library is None:
-            _compile(c_source, flags, directory, key)
-            library = Library(
-                ffi, _dlopen(ffi, so_path), so_path, cache_hit=False, cdef=cdef, flags=tuple(flags)
-            )
-    with _loaded_lock:
-        return _loaded.setdefault(so_path, library)
+            _compile(c_source, flags, directory, key, extension, includes)
+            library = _library(ffi, so_path, False, cdef, flags, extension)
+    return library
 
 
-def _cache_key(c_source: str, cdef: str, flags: Sequence[str]) -> str:
+def _library(
+    ffi: cffi.FFI,
+    so_path: Path,
+    cache_hit: bool,
+    cdef: str,
+    flags: tuple[str, ...],
+    extension: str | None,
+) -> Library:
+    """The built library at `so_path`, loaded (OSError or ImportError if it fails to load)."""
+    lib = _dlopen(ffi, so_path)
+    module = None
+    if extension is not None:
+        spec = importlib.util.spec_from_file_location(MODULE_NAME, so_path)
+        assert spec is not None and spec.loader is not None  # a .so path always has a loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return Library(ffi, lib, so_path, cache_hit, cdef, flags, extension, module)
+
+
+def _cache_key(
+    c_source: str, cdef: str, flags: Sequence[str], extension: str | None
+) -> str:
     """Hex sha256 over everything that can change the built library."""
     parts = [
         CODEGEN_VERSION,
@@ -140,7 +212,20 @@ def _cache_key(c_source: str, cdef: str, flags: Sequence[str]) -> str:
         cffi.__version__,
         _cpu_flags(),
     ]
+    if extension is not None:  # its ABI: this Python's and numpy's
+        parts += [extension, sys.version, sysconfig.get_config_var("SOABI"), np.__version__]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+@functools.cache
+def _extension_includes() -> tuple[tuple[str, ...], str]:
+    """gcc's include flags for a CPython extension using numpy, and "" ; or no flags and a note
+    naming the header that is missing."""
+    python, numpy = sysconfig.get_paths()["include"], np.get_include()
+    for header in (Path(python) / "Python.h", Path(numpy) / "numpy" / "arrayobject.h"):
+        if not header.is_file():
+            return (), f"calls go through cffi: no {header} to build the C call entry with"
+    return ("-I", python, "-I", numpy), ""
 
 
 @functools.cache
@@ -172,7 +257,7 @@ def file_lock(path: Path) -> Iterator[None]:
 
 
 def _load_entry(
-    ffi: cffi.FFI, so_path: Path, cdef: str, flags: Sequence[str]
+    ffi: cffi.FFI, so_path: Path, cdef: str, flags: tuple[str, ...], extension: str | None
 ) -> Library | None:
     """Load the cached entry at `so_path`, or None if it is missing, corrupt or fails to load.
 
@@ -186,10 +271,8 @@ def _load_entry(
     if hashlib.sha256(so_bytes).hexdigest() != recorded:
         return None
     try:
-        return Library(
-            ffi, _dlopen(ffi, so_path), so_path, cache_hit=True, cdef=cdef, flags=tuple(flags)
-        )
-    except OSError:
+        return _library(ffi, so_path, True, cdef, flags, extension)
+    except (OSError, ImportError):
         return None
 
 
@@ -224,16 +307,29 @@ def _dlopen(ffi: cffi.FFI, so_path: Path) -> Any:
                 del os.environ[name]
 
 
-def _compile(c_source: str, flags: Sequence[str], directory: Path, key: str) -> None:
-    """Write `<key>.c`, compile it, and move `<key>.so` then `<key>.sha256` into place.
+def _compile(
+    c_source: str,
+    flags: Sequence[str],
+    directory: Path,
+    key: str,
+    extension: str | None,
+    includes: Sequence[str],
+) -> None:
+    """Write `<key>.c` (and `<key>.entry.c`, the extension), compile them into one library
+    (the extension with the `includes` flags), and move `<key>.so` then `<key>.sha256` into place.
 
     It requires: the caller holds the entry's lock.
     """
     c_path = directory / f"{key}.c"
     write_atomically(c_path, c_source.encode())
+    sources = [str(c_path)]
+    if extension is not None:
+        entry_path = directory / f"{key}.entry.c"
+        write_atomically(entry_path, extension.encode())
+        sources.append(str(entry_path))
     fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f"{key}.", suffix=".so.tmp")
     os.close(fd)
-    command = ["gcc", *BASE_FLAGS, *flags, "-o", tmp_name, str(c_path), "-lm"]
+    command = ["gcc", *BASE_FLAGS, *flags, *includes, "-o", tmp_name, *sources, "-lm"]
     try:
         try:
             result = subprocess.run(command, capture_output=True, text=True, check=False)

@@ -1,9 +1,11 @@
 """`Kernel`: the callable a user gets, wrapping one loaded C function that follows `abi.prototype`.
 
 Every argument is checked before any memory is touched; non-contiguous, unaligned or
-non-native-byte-order inputs are copied, never misread. Outputs are new arrays on every call,
-except that a large output array nothing references any more (`OutputPool`) is written again:
-a fresh large array costs as much in page faults as streaming it from DRAM (docs/MEASUREMENTS.md).
+non-native-byte-order inputs are copied, never misread. A library built with the kernel's call
+entry (`backend_c/entry.py`) runs the common call in C; any other call takes the Python path.
+Outputs are new arrays on every call, except that a large output array nothing references any
+more (`OutputPool`) is written again: a fresh large array costs as much in page faults as
+streaming it from DRAM (docs/MEASUREMENTS.md).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import copy
 import math
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,7 @@ import numpy as np
 
 from eqsat.backend_c.abi import C_TYPES
 from eqsat.backend_c.build import Library, build_library
+from eqsat.backend_c.entry import extension_source
 from eqsat.core.errors import ArgumentError, DTypeError, ShapeError
 from eqsat.core.saturate import SaturationReport
 
@@ -40,12 +43,12 @@ class OutputPool:
         self._dtype = dtype
         self._pooled: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(self._shapes)
         self._lock = threading.Lock()
-        self._all_small = all(
+        self.all_small = all(
             math.prod(shape) * dtype.itemsize < POOL_MIN_BYTES for shape in self._shapes
         )
 
     def take(self) -> tuple[np.ndarray, ...]:
-        if self._all_small:  # nothing to pool: no lock on the path of small kernels
+        if self.all_small:  # nothing to pool: no lock on the path of small kernels
             if len(self._shapes) == 1:  # the common kernel, a few hundred ns faster
                 return (np.empty(self._shapes[0], self._dtype),)
             return tuple([np.empty(shape, self._dtype) for shape in self._shapes])
@@ -102,7 +105,8 @@ class Kernel:
 
         It requires:
         1. `library` was built with the cdef `prototype(symbol, len(inputs), len(outputs), dtype,
-           for_cdef=True) + ";"`;
+           for_cdef=True) + ";"`, and, if with an extension, with `kernel_entry(...)` of the
+           same arguments (then calls of the common case run in C, `entry.py`);
         2. `dtype` is a key of `abi.C_TYPES`; input names are distinct;
         3. `returns_tuple` is True when there is more than one output.
         """
@@ -126,6 +130,11 @@ class Kernel:
         self._numpy_dtype = np.dtype(dtype)
         self._returns_tuple = returns_tuple
         self._output_pool = OutputPool([spec.shape for spec in self._outputs], self._numpy_dtype)
+        # the C entry allocates its outputs itself: only where the pool would not reuse any
+        module = library.extension
+        self._entry = (
+            getattr(module, symbol) if module is not None and self._output_pool.all_small else None
+        )
         self._c_source = c_source
         self._explanation = explanation
         self._stages = tuple(stages)
@@ -151,6 +160,13 @@ class Kernel:
         return self._returns_tuple
 
     @property
+    def fast_entry(self) -> Callable[..., Any] | None:
+        """The C call entry, or None if the library has none (or outputs may be pooled).
+        Called with the inputs positionally, it returns what the Kernel would, or
+        NotImplemented for any other call than the common case: then call the Kernel."""
+        return self._entry
+
+    @property
     def c_source(self) -> str:
         """The C source this kernel was compiled from."""
         return self._c_source
@@ -165,9 +181,17 @@ class Kernel:
         """The saturation report of each optimizer stage (e-graph size, time, stop reason)."""
         return self._stages
 
-    def explain(self) -> str:
-        """Return the optimizer's account of how this kernel was chosen."""
+    @property
+    def explanation(self) -> str:
+        """The optimizer's account of how this kernel was chosen (what a compile-cache entry
+        keeps): `explain()` without its note on how calls run."""
         return self._explanation
+
+    def explain(self) -> str:
+        """Return the optimizer's account of how this kernel was chosen, and why calls go
+        through cffi if the library has no C call entry although one was asked for."""
+        note = self._library.extension_note
+        return f"{self._explanation}\n{note}" if note else self._explanation
 
     def with_note(self, note: str) -> Kernel:
         """This kernel (same library, same outputs pool) whose `explain()` ends with `note`."""
@@ -184,6 +208,10 @@ class Kernel:
         unknown, repeated or extra argument; not an ndarray), DTypeError or ShapeError: each an
         EqsatError and a TypeError or ValueError.
         """
+        if self._entry is not None and not kwargs:  # the C entry takes the common case
+            results = self._entry(*args)
+            if results is not NotImplemented:
+                return results
         if kwargs or len(args) != len(self._inputs):
             args = self._bind(args, kwargs)
         from_buffer = self._from_buffer
@@ -227,7 +255,7 @@ class Kernel:
             "stages": self._stages,
         }
         library = self._library
-        return (_unpickled, (library.cdef, library.flags, arguments))
+        return (_unpickled, (library.cdef, library.flags, library.extension_source, arguments))
 
     def __repr__(self) -> str:
         inputs = ", ".join(f"{spec.name}: {spec.shape}" for spec in self._inputs)
@@ -278,7 +306,23 @@ class Kernel:
         return np.array(value, dtype=expected, order="C")
 
 
-def _unpickled(cdef: str, flags: tuple[str, ...], arguments: dict[str, Any]) -> Kernel:
+def kernel_entry(
+    symbol: str,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    dtype: str,
+    returns_tuple: bool,
+) -> str:
+    """The C call entry (`build_library`'s `extension`) of the Kernel these arguments describe;
+    it requires what `Kernel.__init__` does."""
+    input_shapes = [spec.shape for spec in inputs]
+    output_shapes = [spec.shape for spec in outputs]
+    return extension_source(symbol, input_shapes, output_shapes, dtype, returns_tuple)
+
+
+def _unpickled(
+    cdef: str, flags: tuple[str, ...], extension: str | None, arguments: dict[str, Any]
+) -> Kernel:
     """The kernel `Kernel.__reduce__` describes, its library built (or found) again."""
-    library = build_library(arguments["c_source"], cdef, flags)
+    library = build_library(arguments["c_source"], cdef, flags, extension=extension)
     return Kernel(library=library, **arguments)

@@ -11,7 +11,7 @@ import random
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from egglog import EGraph
 
@@ -22,7 +22,7 @@ from eqsat.backend_c.build import build_library
 from eqsat.backend_c.calibrate import calibrated_host
 from eqsat.backend_c.emit import emit
 from eqsat.backend_c.isa import GCC_FLAGS
-from eqsat.backend_c.kernel import Kernel, TensorSpec
+from eqsat.backend_c.kernel import Kernel, TensorSpec, kernel_entry
 from eqsat.core.pretty import format_loops, format_tensor
 from eqsat.core.progress import Progress
 from eqsat.core.saturate import Limits, SaturationReport, saturate
@@ -492,14 +492,19 @@ def load_kernel(record: compile_cache.KernelRecord) -> Kernel:
     """Compile (or find in the library cache) and load the kernel `record` describes.
     Raises CompileError if gcc fails."""
     cdef = prototype(SYMBOL, len(record.inputs), len(record.outputs), record.dtype, for_cdef=True)
-    library = build_library(record.c_source, cdef + ";", GCC_FLAGS[record.isa])
+    signature: dict[str, Any] = {
+        "symbol": SYMBOL,
+        "inputs": [TensorSpec(name, shape) for name, shape in record.inputs],
+        "outputs": [TensorSpec(f"out{k}", shape) for k, shape in enumerate(record.outputs)],
+        "dtype": record.dtype,
+        "returns_tuple": record.returns_tuple,
+    }
+    library = build_library(
+        record.c_source, cdef + ";", GCC_FLAGS[record.isa], extension=kernel_entry(**signature)
+    )
     return Kernel(
         library=library,
-        symbol=SYMBOL,
-        inputs=[TensorSpec(name, shape) for name, shape in record.inputs],
-        outputs=[TensorSpec(f"out{k}", shape) for k, shape in enumerate(record.outputs)],
-        dtype=record.dtype,
-        returns_tuple=record.returns_tuple,
+        **signature,
         c_source=record.c_source,
         explanation=record.explanation,
         stages=record.stages,
@@ -515,6 +520,6 @@ def _record(kernel: Kernel, isa: str) -> compile_cache.KernelRecord:
         outputs=tuple(spec.shape for spec in kernel.outputs),
         dtype=kernel.dtype,
         returns_tuple=kernel.returns_tuple,
-        explanation=kernel.explain(),
+        explanation=kernel.explanation,
         stages=kernel.stages,
     )

@@ -58,12 +58,14 @@ CacheKey = tuple[tuple[str, ArraySpec | TracedScalar | Static], ...]
 
 class _KnownCall(NamedTuple):
     """A positional call seen before: its kernel and key, where each kernel input is among the
-    arguments, and which kernel inputs are traced floats (passed as 0-d arrays)."""
+    arguments, which kernel inputs are traced floats (passed as 0-d arrays), and the kernel's
+    C call entry (`Kernel.fast_entry`)."""
 
     kernel: Kernel
     key: CacheKey
     positions: tuple[int, ...]
     scalars: tuple[int, ...]
+    entry: Callable[..., Any] | None
 
 
 # Kernels one jit function keeps; the least recently used one is dropped beyond this.
@@ -136,6 +138,10 @@ class JitFunction:
                 values = [args[position] for position in known.positions]
                 for slot in known.scalars:
                     values[slot] = np.asarray(values[slot], known.kernel.dtype)
+                if known.entry is not None:
+                    results = known.entry(*values)
+                    if results is not NotImplemented:
+                        return results
                 return known.kernel(*values)
         arguments = self._bind(args, kwargs)
         key = self._key(arguments)
@@ -148,6 +154,7 @@ class JitFunction:
                 key,
                 tuple(names.index(name) for name in kernel.input_names),
                 tuple(k for k, name in enumerate(kernel.input_names) if name in traced),
+                kernel.fast_entry,
             )
         return kernel(
             **{
