@@ -50,20 +50,25 @@ BASE_FLAGS = (
 FORBIDDEN_FLAGS = frozenset({"-ffast-math", "-Ofast", "-funsafe-math-optimizations"})
 
 # A parallel region's worker threads keep off the CPU of the thread that starts it. Woken from
-# sleep (OPENMP_WAIT below), Linux may place a worker on its waker's CPU, and both then
-# share one core until the load balancer moves one, milliseconds later: a 1024^3 product after
-# idle took twice as long (docs/MEASUREMENTS.md). The affinity changes only when the starting
-# CPU does; the calling thread's own affinity is never touched.
-THREADS_PREAMBLE = """static _Thread_local int eq_avoided_cpu = -1;
+# sleep (OPENMP_WAIT below), Linux may place a worker on its waker's CPU, and both then share
+# one core until the load balancer moves one, milliseconds later: a 1024^3 product after idle
+# took twice as long (docs/MEASUREMENTS.md). A worker found on that CPU moves to the process's
+# other CPUs (its main thread's affinity); no state is kept, so the kernels of many libraries,
+# sharing libgomp's workers, agree. The calling thread's own affinity is never touched.
+# It requires: the C file starts with `#define _GNU_SOURCE`.
+THREADS_PREAMBLE = """#include <omp.h>
+#include <sched.h>
+#include <unistd.h>
 
-static void eq_keep_off(int cpu) {
-    if (omp_get_thread_num() == 0 || cpu < 0 || cpu == eq_avoided_cpu) return;
+static int eq_keep_off(int cpu) {
+    const int here = sched_getcpu();
+    if (omp_get_thread_num() == 0 || cpu < 0 || here != cpu) return here;
     cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
-    if (eq_avoided_cpu >= 0) CPU_SET(eq_avoided_cpu, &allowed);
+    if (sched_getaffinity(getpid(), sizeof allowed, &allowed) != 0) return here;
     CPU_CLR(cpu, &allowed);
-    if (CPU_COUNT(&allowed) > 0 && sched_setaffinity(0, sizeof allowed, &allowed) == 0)
-        eq_avoided_cpu = cpu;
+    if (CPU_COUNT(&allowed) == 0 || sched_setaffinity(0, sizeof allowed, &allowed) != 0)
+        return here;
+    return sched_getcpu();
 }
 """
 

@@ -138,8 +138,7 @@ void calib_triad(float *a, const float *b, const float *c, int64_t n, int64_t re
 def calibration_source(machine: Machine) -> str:
     """The C source of the measuring kernels for `machine`'s ISA (see the module doc)."""
     # the kernels' parallel regions, measured as emit.py writes them
-    parts = ["#define _GNU_SOURCE\n#include <sched.h>\n#include <stdint.h>\n#include <omp.h>\n"]
-    parts.append(THREADS_PREAMBLE)
+    parts = ["#define _GNU_SOURCE\n#include <stdint.h>\n", THREADS_PREAMBLE]
     for dtype in DTYPES:
         lanes = machine.lanes(dtype)
         parts.append(

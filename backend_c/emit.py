@@ -674,7 +674,7 @@ def emit(program: LoopProgram, isa: str, symbol: str = "eqsat_kernel") -> str:
         "#include <stdlib.h>",
     ]
     if emitter.has_region:
-        header += ["#include <sched.h>", "#include <omp.h>", "", THREADS_PREAMBLE]
+        header += ["", THREADS_PREAMBLE]
     if emitter.vector is not None:
         header += ["#include <immintrin.h>", "", emitter.vector.preamble()]
         if emitter.uses_math:

@@ -302,27 +302,31 @@ def test_write_atomically_replaces_the_file_and_leaves_no_tmp_on_failure(tmp_pat
 def test_region_workers_keep_off_the_starting_cpu_and_the_caller_keeps_its_affinity(
     cache: Path,
 ) -> None:
-    """THREADS_PREAMBLE: each worker of a parallel region leaves the CPU the region started on
-    (so a woken worker does not share its waker's core); the calling thread is never bound."""
+    """THREADS_PREAMBLE: a worker of a parallel region runs off the CPU the region started on
+    (so a woken worker does not share its waker's core), also when regions of two libraries
+    (each with its own copy of the preamble) alternate; the calling thread is never bound."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPUs to keep off one")
-    source = (
-        "#define _GNU_SOURCE\n#include <sched.h>\n#include <omp.h>\n#include <stdint.h>\n"
-        f"{THREADS_PREAMBLE}\n"
-        "void where_threads_ran(int64_t *cpus) {\n"
-        "    const int starting_cpu = sched_getcpu();\n"
-        "    cpus[0] = starting_cpu;\n"
-        "    #pragma omp parallel num_threads(2)\n"
-        "    {\n"
-        "        eq_keep_off(starting_cpu);\n"
-        "        if (omp_get_thread_num() == 1) cpus[1] = sched_getcpu();\n"
-        "    }\n"
-        "}\n"
-    )
-    library = build_library(source, "void where_threads_ran(int64_t *cpus);", [])
+    libraries = []
+    for name in ("where_threads_ran", "where_threads_ran_too"):
+        source = (
+            f"#define _GNU_SOURCE\n#include <stdint.h>\n{THREADS_PREAMBLE}\n"
+            f"void {name}(int64_t *cpus) {{\n"
+            "    const int starting_cpu = sched_getcpu();\n"
+            "    cpus[0] = starting_cpu;\n"
+            "    #pragma omp parallel num_threads(2)\n"
+            "    {\n"
+            "        const int worker_cpu = eq_keep_off(starting_cpu);\n"
+            "        if (omp_get_thread_num() == 1) cpus[1] = worker_cpu;\n"
+            "    }\n"
+            "}\n"
+        )
+        library = build_library(source, f"void {name}(int64_t *cpus);", [])
+        libraries.append((library.ffi, getattr(library.lib, name)))
     before = os.sched_getaffinity(0)
-    for _ in range(20):
+    for round_ in range(40):
         cpus = np.full(2, -1, dtype=np.int64)
-        library.lib.where_threads_ran(library.ffi.from_buffer("int64_t[]", cpus))
-        assert cpus[1] >= 0 and cpus[1] != cpus[0]
+        ffi, where_threads_ran = libraries[round_ % 2]
+        where_threads_ran(ffi.from_buffer("int64_t[]", cpus))
+        assert cpus[1] >= 0 and cpus[1] != cpus[0], (round_, cpus)
     assert os.sched_getaffinity(0) == before

@@ -3,19 +3,20 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <sched.h>
+
 #include <omp.h>
+#include <sched.h>
+#include <unistd.h>
 
-static _Thread_local int eq_avoided_cpu = -1;
-
-static void eq_keep_off(int cpu) {
-    if (omp_get_thread_num() == 0 || cpu < 0 || cpu == eq_avoided_cpu) return;
+static int eq_keep_off(int cpu) {
+    const int here = sched_getcpu();
+    if (omp_get_thread_num() == 0 || cpu < 0 || here != cpu) return here;
     cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
-    if (eq_avoided_cpu >= 0) CPU_SET(eq_avoided_cpu, &allowed);
+    if (sched_getaffinity(getpid(), sizeof allowed, &allowed) != 0) return here;
     CPU_CLR(cpu, &allowed);
-    if (CPU_COUNT(&allowed) > 0 && sched_setaffinity(0, sizeof allowed, &allowed) == 0)
-        eq_avoided_cpu = cpu;
+    if (CPU_COUNT(&allowed) == 0 || sched_setaffinity(0, sizeof allowed, &allowed) != 0)
+        return here;
+    return sched_getcpu();
 }
 
 
