@@ -139,7 +139,8 @@ def _tune(
     total = len(candidates)
     lines: list[str] = []
     best, best_kernel = 0, build(first)
-    shapes = {spec.name: spec.shape for spec in best_kernel.inputs}  # the user's (flattening)
+    # the kernel's shapes: a flattened program's buffers have other ones (eqsat.rewrites.flatten)
+    shapes = {spec.name: spec.shape for spec in best_kernel.inputs}
     inputs = random_inputs(shapes, first.dtype, np.random.default_rng(0))
     want = _outputs(best_kernel, inputs)
     seconds: dict[int, float] = {}

@@ -162,9 +162,10 @@ def streamed_store(
     program's output, `eqsat.rewrites.flatten`), and the loop's vectors start on vector
     boundaries (each split between `axis` and the last index's axis has a tile of whole
     vectors). Such stores skip reading each line before writing it."""
-    misaligned_rows = math.prod(shape[:-1]) > 1 and shape[-1] % lanes
-    if not large_output(buffer, shape, item_bytes) or lanes == 1 or misaligned_rows:
+    if not large_output(buffer, shape, item_bytes) or lanes == 1:
         return False
+    if math.prod(shape[:-1]) > 1 and shape[-1] % lanes:
+        return False  # rows after the first start off vector boundaries
     last = index_items(target)[-1]
     walked = last.args[0] if last.op == "Index.axis" else None
     if walked not in unit_stride_axes(axis):
