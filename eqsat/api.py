@@ -23,6 +23,7 @@ from eqsat.backend_c.calibrate import calibrated_host
 from eqsat.backend_c.emit import emit
 from eqsat.backend_c.isa import GCC_FLAGS
 from eqsat.backend_c.kernel import Kernel, TensorSpec, kernel_entry
+from eqsat.core import shapes
 from eqsat.core.pretty import format_loops, format_tensor
 from eqsat.core.progress import Progress
 from eqsat.core.saturate import Limits, SaturationReport, saturate
@@ -36,7 +37,8 @@ from eqsat.rewrites.algebra import IDENTITIES as ALGEBRA_IDENTITIES
 from eqsat.rewrites.algebra import algebra_rules
 from eqsat.rewrites.algebra_facts import algebra_facts
 from eqsat.rewrites.contraction import contract_temporaries
-from eqsat.rewrites.lowering import lower
+from eqsat.rewrites.flatten import flatten, is_flattenable
+from eqsat.rewrites.lowering import collect_inputs, lower
 from eqsat.rewrites.packing import pack_panels
 from eqsat.rewrites.rule import Identity
 from eqsat.rewrites.schedule import ROOT, schedule
@@ -73,7 +75,7 @@ class Optimized:
     """What the optimizer chose, and why (`report()`). Constructed by keyword only."""
 
     original: tuple[Term, ...]  # tensor terms as written
-    chosen: tuple[Term, ...]  # after algebra + stage-1 extraction
+    chosen: tuple[Term, ...]  # after algebra + stage-1 extraction (flattened, if `flattened`)
     canonical: LoopProgram  # the lowering of `chosen`
     program: LoopProgram  # the loop nest extracted from stage 2, after `after_extraction`
     estimate: Estimate  # the cost model's prediction for `program`, and what it is made of
@@ -84,6 +86,8 @@ class Optimized:
     extracted: Term  # `program.body` as extracted, before `after_extraction`
     assume_finite: bool = False  # finite-only identities were allowed (`optimize`)
     finite_only_fired: tuple[str, ...] = ()  # ... and these of them fired
+    # the user's array shape when the program runs over 1-D buffers (`eqsat.rewrites.flatten`)
+    flattened: tuple[int, ...] | None = None
     algebra_graph: SerializedGraph = field(compare=False, repr=False)
     loop_graph: SerializedGraph = field(compare=False, repr=False)
 
@@ -91,6 +95,17 @@ class Optimized:
     def cost(self) -> float:
         """Predicted cycles of `program`."""
         return self.estimate.cycles
+
+    @property
+    def inputs(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """The kernel's inputs (name, shape) as written: `program.inputs`, but with the user's
+        shapes where the program was flattened."""
+        return tuple((name, shape) for name, shape, _ in collect_inputs(self.original))
+
+    @property
+    def outputs(self) -> tuple[tuple[int, ...], ...]:
+        """The kernel's output shapes as written (`program.outputs`, unless flattened)."""
+        return tuple(shapes.infer(root) for root in self.original)
 
     def draw(self, stage: str = "loops", max_classes: int = 40) -> EGraphPicture:
         """A picture of the e-graph of `stage` ("algebra" or "loops": the chosen form's kernel
@@ -142,10 +157,11 @@ class Optimized:
         return "; ".join(format_tensor(t) for t in self.chosen)
 
     def report(self) -> str:
-        inputs = ", ".join(f"{name} {shape}" for name, shape in self.program.inputs)
+        inputs = ", ".join(f"{name} {shape}" for name, shape in self.inputs)
         lines = [
             f"inputs: {inputs}  ({self.program.dtype}, isa {self.machine.isa}, "
             f"{self.machine.cores} cores)",
+            *self._flattening(),
             "written: " + "; ".join(format_tensor(t) for t in self.original),
             "chosen:  " + self.expr,
             self._numerics(),
@@ -160,6 +176,15 @@ class Optimized:
             format_loops(self.program.body, 1),
         ]
         return "\n".join(lines)
+
+    def _flattening(self) -> list[str]:
+        """Whether the program runs over 1-D buffers (`eqsat.rewrites.flatten`)."""
+        if self.flattened is None:
+            return []
+        return [
+            f"flattened: elementwise over whole {self.flattened} arrays, compiled as one loop "
+            f"of {math.prod(self.flattened)}"
+        ]
 
     def _numerics(self) -> str:
         """Whether identities exact only for finite inputs were allowed (ARCHITECTURE §4)."""
@@ -349,23 +374,30 @@ def optimize(
     compiler's -ffinite-math-only: identities marked `finite_only` (x - x -> 0, x * 0 -> 0,
     factoring, matrix-chain order, ...) may then fire, and `report()` says so.
     With `progress`, a stage that runs for seconds reports each round on stderr
-    (`eqsat.core.progress`)."""
+    (`eqsat.core.progress`).
+
+    An elementwise program over whole arrays of one shape (`eqsat.rewrites.flatten`) is
+    optimized over 1-D arrays: `chosen`, `canonical` and `program` are then flat, `flattened`
+    holds the user's shape, and `inputs`, `outputs` and `report()` keep the user's shapes."""
     tensors, _ = _outputs(outputs)
     limits = limits or Limits()
     reporter = Progress(enabled=progress)
     machine = machine or calibrated_host(announce=reporter.say)
     original = [to_term(t.expr) for t in tensors]
     assert all(isinstance(t, Term) for t in original)
+    # what is optimized: the terms as written or, for a flattenable program, their flattening
+    terms: list[Term] = original  # type: ignore[assignment]
+    flattened = shapes.infer(terms[0]) if is_flattenable(terms) else None
+    if flattened is not None:
+        terms = flatten(terms)
     forms, algebra_report, algebra_graph = _optimize_algebra(
-        original, limits, reporter, extra_rules, assume_finite  # type: ignore[arg-type]
+        terms, limits, reporter, extra_rules, assume_finite
     )
     finite_only = {i.name for i in (*ALGEBRA_IDENTITIES, *extra_rules) if i.finite_only}
     fired = {name for name, count in algebra_report.matches.items() if count}
     scheduled: list[_Scheduled] = []
     for form in forms:
-        scheduled.append(
-            _schedule_loops(form, original, machine, limits, reporter)  # type: ignore[arg-type]
-        )
+        scheduled.append(_schedule_loops(form, terms, machine, limits, reporter))
         if scheduled[-1].report.stop_reason != "saturated":
             break  # a stage that hit its limits leaves no budget for another form
     best = min(scheduled, key=lambda candidate: candidate.estimate.cycles)
@@ -384,6 +416,7 @@ def optimize(
         extracted=best.body,
         assume_finite=assume_finite,
         finite_only_fired=tuple(sorted(finite_only & fired)),
+        flattened=flattened,
         algebra_graph=algebra_graph,
         loop_graph=best.graph,
     )
@@ -473,13 +506,14 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
 
 def build(program: LoopProgram, optimized: Optimized, *, returns_tuple: bool = False) -> Kernel:
     """Emit, compile and load `program`, one of `optimized`'s candidates (its `program`, or one
-    of `candidates()`), for `optimized.machine`'s ISA. Raises CompileError if gcc fails."""
+    of `candidates()`), for `optimized.machine`'s ISA; the kernel takes and returns arrays of
+    `optimized.inputs` and `optimized.outputs`' shapes. Raises CompileError if gcc fails."""
     isa = optimized.machine.isa
     record = compile_cache.KernelRecord(
         c_source=emit(program, isa, SYMBOL),
         isa=isa,
-        inputs=program.inputs,
-        outputs=program.outputs,
+        inputs=optimized.inputs,
+        outputs=optimized.outputs,
         dtype=program.dtype,
         returns_tuple=returns_tuple or len(program.outputs) > 1,
         explanation=optimized.report(),

@@ -136,10 +136,12 @@ def _tune(
     """Build, check and time every candidate against the fastest so far; returns the winner's
     index, its kernel and the note for its `explain()`."""
     first = candidates[0].program
-    inputs = random_inputs(dict(first.inputs), first.dtype, np.random.default_rng(0))
     total = len(candidates)
     lines: list[str] = []
     best, best_kernel = 0, build(first)
+    # the kernel's shapes: a flattened program's buffers have other ones (eqsat.rewrites.flatten)
+    shapes = {spec.name: spec.shape for spec in best_kernel.inputs}
+    inputs = random_inputs(shapes, first.dtype, np.random.default_rng(0))
     want = _outputs(best_kernel, inputs)
     seconds: dict[int, float] = {}
     for k, candidate in enumerate(candidates):

@@ -113,15 +113,17 @@ def test_large_outputs_are_stored_around_the_caches(
     shape: tuple[int, int], isa: str, streamed: bool
 ) -> None:
     """Non-temporal stores only where every stored vector is aligned and the output is large
-    (eqsat.core.loops.large_output); the result is the same either way."""
-    a, b = eqsat.tensor("a", shape), eqsat.tensor("b", shape)
-    kernel = eqsat.compile(eqsat.relu(a * b) + 1.0, isa=isa, progress=False)
+    (eqsat.core.loops.large_output); the result is the same either way. The row `c` keeps the
+    2-D nest (a program over whole arrays only would be flattened, eqsat.rewrites.flatten)."""
+    a, b, c = eqsat.tensor("a", shape), eqsat.tensor("b", shape), eqsat.tensor("c", shape[1:])
+    kernel = eqsat.compile(eqsat.relu(a * b) + c, isa=isa, progress=False)
     assert ("_stream_p" in kernel.c_source) == streamed
     fences, regions = kernel.c_source.count("_mm_sfence();"), kernel.c_source.count("omp parallel")
     assert fences == (max(1, regions) if streamed else 0)  # once per thread, not per vector loop
     rng = np.random.default_rng(2)
     x, y = (rng.standard_normal(shape, np.float32) for _ in range(2))
-    assert_close(kernel(x, y), np.maximum(x * y, 0) + 1, "float32")  # type: ignore[arg-type]
+    row = rng.standard_normal(shape[1:], np.float32)
+    assert_close(kernel(x, y, row), np.maximum(x * y, 0) + row, "float32")  # type: ignore[arg-type]
 
 
 def test_an_output_the_kernel_reads_back_is_not_streamed() -> None:

@@ -158,11 +158,14 @@ def streamed_store(
     """True when the whole-vector stores of a vector loop over `axis` into `buffer[target]`
     (`buffer` of `shape`) are non-temporal in the emitted C, unless the kernel reads `buffer`
     back: `buffer` is a `large_output` (so it comes 64-byte aligned,
-    `backend_c.kernel.OutputPool`), its rows are whole vectors, and the loop's vectors start on
-    vector boundaries (each split between `axis` and the last index's axis has a tile of whole
+    `backend_c.kernel.OutputPool`), its rows are whole vectors (or it has one row: a flattened
+    program's output, `eqsat.rewrites.flatten`), and the loop's vectors start on vector
+    boundaries (each split between `axis` and the last index's axis has a tile of whole
     vectors). Such stores skip reading each line before writing it."""
-    if not large_output(buffer, shape, item_bytes) or lanes == 1 or shape[-1] % lanes:
+    if not large_output(buffer, shape, item_bytes) or lanes == 1:
         return False
+    if math.prod(shape[:-1]) > 1 and shape[-1] % lanes:
+        return False  # rows after the first start off vector boundaries
     last = index_items(target)[-1]
     walked = last.args[0] if last.op == "Index.axis" else None
     if walked not in unit_stride_axes(axis):
