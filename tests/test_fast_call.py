@@ -18,8 +18,9 @@ import eqsat
 from eqsat.backend_c import build
 from eqsat.backend_c.abi import prototype
 from eqsat.backend_c.build import build_library
-from eqsat.backend_c.kernel import POOL_MIN_BYTES, Kernel, TensorSpec, kernel_entry
+from eqsat.backend_c.kernel import POOL_MIN_BYTES, Kernel, TensorSpec
 from eqsat.core.errors import ArgumentError, DTypeError, ShapeError
+from tests.test_kernel import make_kernel as kernel_from_body
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHAPE = (3, 4)
@@ -33,22 +34,8 @@ def make_kernel(
     *,
     with_entry: bool = True,
 ) -> Kernel:
-    """A kernel whose C body is `body` (over `in0..`, `out0..`), built with its call entry
-    unless `with_entry` is False; several outputs return a tuple."""
-    symbol = "fast_kernel"
-    signature: dict[str, Any] = {
-        "symbol": symbol,
-        "inputs": inputs,
-        "outputs": outputs,
-        "dtype": dtype,
-        "returns_tuple": len(outputs) > 1,
-    }
-    declaration = prototype(symbol, len(inputs), len(outputs), dtype, for_cdef=False)
-    source = f"#include <stddef.h>\n{declaration} {{\n{body}\n}}\n"
-    cdef = prototype(symbol, len(inputs), len(outputs), dtype, for_cdef=True) + ";"
-    extension = kernel_entry(**signature) if with_entry else None
-    library = build_library(source, cdef, [], extension=extension)
-    return Kernel(library=library, **signature, c_source=source, explanation="text")
+    """`tests.test_kernel.make_kernel`, with its call entry unless `with_entry` is False."""
+    return kernel_from_body(body, inputs, outputs, dtype, with_entry=with_entry)
 
 
 def axpy(dtype: str = "float32", shape: tuple[int, ...] = SHAPE, with_entry: bool = True) -> Kernel:
@@ -246,7 +233,7 @@ def test_fast_call_kernel_without_entry_uses_the_python_path() -> None:
     kernel = axpy(with_entry=False)
     x, y = arrays("float32")
     assert kernel.fast_entry is None
-    assert kernel.explain() == "text"
+    assert kernel.explain() == "explanation text"
     np.testing.assert_array_equal(kernel(x, y), x + 2 * y)
 
 
@@ -258,8 +245,8 @@ def test_fast_call_without_python_headers_builds_through_cffi(
     kernel = axpy(shape=(5, 7))
     x, y = arrays("float32", (5, 7))
     assert kernel.fast_entry is None
-    assert kernel.explain() == f"text\n{note}"
-    assert kernel.explanation == "text"
+    assert kernel.explain() == f"explanation text\n{note}"
+    assert kernel.explanation == "explanation text"
     np.testing.assert_array_equal(kernel(x, y), x + 2 * y)
 
 

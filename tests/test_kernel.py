@@ -17,7 +17,7 @@ import pytest
 
 from eqsat.backend_c.abi import prototype
 from eqsat.backend_c.build import build_library
-from eqsat.backend_c.kernel import Kernel, TensorSpec
+from eqsat.backend_c.kernel import Kernel, TensorSpec, kernel_entry
 from eqsat.core.errors import ArgumentError, DTypeError, EqsatError, ShapeError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -30,23 +30,25 @@ def make_kernel(
     outputs: list[TensorSpec],
     dtype: str = "float32",
     returns_tuple: bool = False,
+    *,
+    with_entry: bool = False,
 ) -> Kernel:
-    """Build a kernel whose C body is `body` (it may use `in0..`, `out0..`)."""
+    """Build a kernel whose C body is `body` (it may use `in0..`, `out0..`), with its C call
+    entry (`kernel_entry`) if `with_entry`; several outputs return a tuple."""
     symbol = "test_kernel"
-    signature = prototype(symbol, len(inputs), len(outputs), dtype, for_cdef=False)
-    source = f"#include <stddef.h>\n{signature} {{\n{body}\n}}\n"
+    signature: dict[str, Any] = {
+        "symbol": symbol,
+        "inputs": inputs,
+        "outputs": outputs,
+        "dtype": dtype,
+        "returns_tuple": returns_tuple or len(outputs) > 1,
+    }
+    declaration = prototype(symbol, len(inputs), len(outputs), dtype, for_cdef=False)
+    source = f"#include <stddef.h>\n{declaration} {{\n{body}\n}}\n"
     cdef = prototype(symbol, len(inputs), len(outputs), dtype, for_cdef=True) + ";"
-    library = build_library(source, cdef, [])
-    return Kernel(
-        library=library,
-        symbol=symbol,
-        inputs=inputs,
-        outputs=outputs,
-        dtype=dtype,
-        returns_tuple=returns_tuple,
-        c_source=source,
-        explanation="explanation text",
-    )
+    extension = kernel_entry(**signature) if with_entry else None
+    library = build_library(source, cdef, [], extension=extension)
+    return Kernel(library=library, **signature, c_source=source, explanation="explanation text")
 
 
 def axpy_kernel(dtype: str = "float32", shape: tuple[int, ...] = SHAPE) -> Kernel:
