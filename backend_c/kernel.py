@@ -208,12 +208,12 @@ class Kernel:
         unknown, repeated or extra argument; not an ndarray), DTypeError or ShapeError: each an
         EqsatError and a TypeError or ValueError.
         """
-        if self._entry is not None and not kwargs:  # the C entry takes the common case
+        if kwargs or len(args) != len(self._inputs):
+            args = self._bind(args, kwargs)
+        if self._entry is not None:  # the C entry takes the common case
             results = self._entry(*args)
             if results is not NotImplemented:
                 return results
-        if kwargs or len(args) != len(self._inputs):
-            args = self._bind(args, kwargs)
         from_buffer = self._from_buffer
         expected = self._numpy_dtype
         pointers = []

@@ -167,10 +167,16 @@ def test_fast_call_errors_are_the_python_paths(case: str) -> None:
         fast(*args, **kwargs)
 
 
-def test_fast_call_keyword_call_gives_same_result() -> None:
+def test_fast_call_keyword_call_runs_in_c_and_gives_same_result() -> None:
     kernel = axpy()
     x, y = arrays("float32")
+
+    def python_path(*pointers: object) -> None:
+        raise AssertionError("a keyword call took the Python path")
+
+    kernel._function = python_path  # the cffi function only the Python path calls
     np.testing.assert_array_equal(kernel(y=y, x=x), x + 2 * y)
+    np.testing.assert_array_equal(kernel(x, y=y), x + 2 * y)
 
 
 def test_fast_call_concurrent_threads_get_correct_results() -> None:
