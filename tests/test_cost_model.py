@@ -84,6 +84,25 @@ def test_a_parallel_loop_of_one_trip_gains_nothing(machine: Machine) -> None:
 
 
 @pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.isa)
+def test_a_parallel_loop_is_as_slow_as_its_busiest_core(machine: Machine) -> None:
+    """OpenMP's static schedule gives a core ceil(trips / cores) trips: on 2 cores, 3 trips
+    take as long as 4, and 5 trips as long as 6."""
+    n = machine.cores
+    j = named("i1", 1 << 16)
+
+    def compute(rows: int, kind: str) -> float:
+        i = named("i0", rows)
+        value = Term("Scalar.unary", ("exp", Term("Scalar.load", ("in0", at(i, j)))))
+        store = Term("Stmt.store", ("out0", at(i, j), value))
+        return LoopCost(machine, "float32").estimate(
+            nest([(i, kind, ()), (j, "vector", (16,))], store)
+        ).compute
+
+    for rows, busiest in ((n + 1, 2), (2 * n, 2), (2 * n + 1, 3)):
+        assert compute(rows, "parallel") == pytest.approx(compute(rows, "serial") * busiest / rows)
+
+
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.isa)
 def test_a_parallel_start_costs_what_the_calibration_measured(machine: Machine) -> None:
     from dataclasses import replace
 
