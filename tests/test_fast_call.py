@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,22 +21,11 @@ from eqsat.backend_c.abi import prototype
 from eqsat.backend_c.build import build_library
 from eqsat.backend_c.kernel import POOL_MIN_BYTES, Kernel, TensorSpec
 from eqsat.core.errors import ArgumentError, DTypeError, ShapeError
+from tests.test_kernel import REPO_ROOT, SHAPE, run_in_threads
 from tests.test_kernel import make_kernel as kernel_from_body
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SHAPE = (3, 4)
-
-
-def make_kernel(
-    body: str,
-    inputs: list[TensorSpec],
-    outputs: list[TensorSpec],
-    dtype: str = "float32",
-    *,
-    with_entry: bool = True,
-) -> Kernel:
-    """`tests.test_kernel.make_kernel`, with its call entry unless `with_entry` is False."""
-    return kernel_from_body(body, inputs, outputs, dtype, with_entry=with_entry)
+# `tests.test_kernel.make_kernel`, with the call entry unless `with_entry=False` is passed
+make_kernel = partial(kernel_from_body, with_entry=True)
 
 
 def axpy(dtype: str = "float32", shape: tuple[int, ...] = SHAPE, with_entry: bool = True) -> Kernel:
@@ -192,11 +182,7 @@ def test_fast_call_concurrent_threads_get_correct_results() -> None:
                 failures.append(f"thread {seed}")
                 return
 
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_in_threads(worker, 8)
     assert kernel.fast_entry is not None
     assert failures == []
 

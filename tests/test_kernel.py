@@ -24,6 +24,15 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SHAPE = (3, 4)
 
 
+def run_in_threads(worker: Callable[[int], None], count: int) -> None:
+    """Run `worker(seed)` for seeds 0..count-1, each in a thread of its own, and wait for all."""
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def make_kernel(
     body: str,
     inputs: list[TensorSpec],
@@ -268,11 +277,7 @@ def test_kernel_concurrent_threads_get_correct_results() -> None:
                 failures.append(f"thread {seed}")
                 return
 
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_in_threads(worker, 8)
     assert failures == []
 
 
