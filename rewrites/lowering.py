@@ -34,6 +34,7 @@ from eqsat.core.errors import DTypeError, ShapeError
 from eqsat.core.terms import LoopProgram, Term, index_list
 
 EXPENSIVE_UNARY = frozenset({"exp", "log", "tanh", "sigmoid", "sqrt"})
+CONTRACTION = "k"  # the name of a matmul's contraction axis (a depth tile splits only it)
 PACK_MIN_ROWS = 8  # rows of the left operand that reuse each copied element of the right one
 REDUCE_INIT = {"sum": 0.0, "max": float("-inf")}
 
@@ -196,7 +197,7 @@ class _Lowering:
         if t.op == "TExpr.matmul":
             a, b = t.args
             assert isinstance(a, Term) and isinstance(b, Term)
-            k = axis("k", self.shape(a)[-1])
+            k = axis(CONTRACTION, self.shape(a)[-1])
             a_idx = [*out_idx[:-1], index_of(k)]
             b_idx = [*out_idx[:-2], index_of(k), out_idx[-1]]
             if self.shape(a)[-2] >= PACK_MIN_ROWS and _moves_last_dimension(b):

@@ -8,6 +8,7 @@ once more by a register tile; outer loops are never split. Tile sizes come from 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from egglog import Ruleset, String, i64, ruleset
@@ -17,6 +18,7 @@ from eqsat.core.loops import REGISTER_BUDGET
 from eqsat.core.terms import Axis, LoopKind, Stmt
 from eqsat.extract.loop_cost import CACHE_USE
 from eqsat.extract.machine import Machine
+from eqsat.rewrites.lowering import CONTRACTION
 from eqsat.rewrites.rule import Identity
 
 SERIAL = LoopKind.serial()
@@ -26,44 +28,43 @@ SERIAL = LoopKind.serial()
 class TileSizes:
     """Split factors for one kernel: `cache` tiles split named axes only; `register` tiles split
     named axes or the inner loop of a cache tile; `depth` tiles split only a matmul's
-    contraction axis (named CONTRACTION by the lowering)."""
+    contraction axis (`lowering.CONTRACTION`)."""
 
     cache: tuple[int, ...]
     register: tuple[int, ...]
     depth: tuple[int, ...] = ()
 
 
-CONTRACTION = "k"  # the lowering's name for a matmul's contraction axis (rewrites/lowering.py)
+def _split_loops(axis: Axis, tile: int, body: Stmt) -> Stmt:
+    """`for axis.outer(tile): for axis.inner(tile): body`."""
+    return Stmt.loop(
+        Axis.outer(axis, tile), SERIAL, Stmt.loop(Axis.inner(axis, tile), SERIAL, body)
+    )
 
 
-def split_identity(tile: int) -> Identity:
+def _longer_than(tile: int) -> Callable[[i64], list[FactLike]]:
     def longer_than_tile(extent: i64) -> list[FactLike]:
         """The named axis has more than one tile of iterations (extent > tile)."""
         return [extent > i64(tile)]
 
+    return longer_than_tile
+
+
+def split_identity(tile: int) -> Identity:
     return Identity(
         f"split-{tile}",
         f"for a: body -> for a.outer({tile}): for a.inner({tile}): body",
         {"name": String, "extent": i64, "body": Stmt},
         lhs=lambda name, extent, body: Stmt.loop(Axis.named(name, extent), SERIAL, body),
-        rhs=lambda name, extent, body: Stmt.loop(
-            Axis.outer(Axis.named(name, extent), tile),
-            SERIAL,
-            Stmt.loop(Axis.inner(Axis.named(name, extent), tile), SERIAL, body),
-        ),
+        rhs=lambda name, extent, body: _split_loops(Axis.named(name, extent), tile, body),
         # A tile that does not divide the extent ends in a remainder tile (loops.trip_runs).
-        guard=(longer_than_tile,),
+        guard=(_longer_than(tile),),
     )
 
 
 def split_depth_identity(tile: int) -> Identity:
     """A split of a matmul's contraction axis only: its depth tile bounds the panels a register
     tile streams through L1, which the row and column blocks (cache tiles, sized by L2) do not."""
-
-    def longer_than_tile(extent: i64) -> list[FactLike]:
-        """The contraction axis has more than one tile of iterations (extent > tile)."""
-        return [extent > i64(tile)]
-
     k = String(CONTRACTION)
     return Identity(
         f"split-depth-{tile}",
@@ -71,12 +72,8 @@ def split_depth_identity(tile: int) -> Identity:
         f"for {CONTRACTION}.inner({tile}): body",
         {"extent": i64, "body": Stmt},
         lhs=lambda extent, body: Stmt.loop(Axis.named(k, extent), SERIAL, body),
-        rhs=lambda extent, body: Stmt.loop(
-            Axis.outer(Axis.named(k, extent), tile),
-            SERIAL,
-            Stmt.loop(Axis.inner(Axis.named(k, extent), tile), SERIAL, body),
-        ),
-        guard=(longer_than_tile,),
+        rhs=lambda extent, body: _split_loops(Axis.named(k, extent), tile, body),
+        guard=(_longer_than(tile),),
     )
 
 
@@ -92,10 +89,8 @@ def split_tile_identity(cache: int, tile: int) -> Identity:
         lhs=lambda name, extent, body: Stmt.loop(
             Axis.inner(Axis.named(name, extent), cache), SERIAL, body
         ),
-        rhs=lambda name, extent, body: Stmt.loop(
-            Axis.outer(Axis.inner(Axis.named(name, extent), cache), tile),
-            SERIAL,
-            Stmt.loop(Axis.inner(Axis.inner(Axis.named(name, extent), cache), tile), SERIAL, body),
+        rhs=lambda name, extent, body: _split_loops(
+            Axis.inner(Axis.named(name, extent), cache), tile, body
         ),
     )
 

@@ -302,9 +302,9 @@ def test_write_atomically_replaces_the_file_and_leaves_no_tmp_on_failure(tmp_pat
 def test_region_workers_keep_off_the_starting_cpu_and_the_caller_keeps_its_affinity(
     cache: Path,
 ) -> None:
-    """THREADS_PREAMBLE: a worker of a parallel region runs off the CPU the region started on
-    (so a woken worker does not share its waker's core), also when regions of two libraries
-    (each with its own copy of the preamble) alternate; the calling thread is never bound."""
+    """THREADS_PREAMBLE: a worker of a parallel region put on the CPU the region started on
+    (where a woken worker may land) moves off it, also when regions of two libraries (each with
+    its own copy of the preamble) alternate; the calling thread is never bound."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPUs to keep off one")
     libraries = []
@@ -316,6 +316,12 @@ def test_region_workers_keep_off_the_starting_cpu_and_the_caller_keeps_its_affin
             "    cpus[0] = starting_cpu;\n"
             "    #pragma omp parallel num_threads(2)\n"
             "    {\n"
+            "        if (omp_get_thread_num() == 1) {  /* as a wake-up next to its waker does */\n"
+            "            cpu_set_t only;\n"
+            "            CPU_ZERO(&only);\n"
+            "            CPU_SET(starting_cpu, &only);\n"
+            "            sched_setaffinity(0, sizeof only, &only);\n"
+            "        }\n"
             "        const int worker_cpu = eq_keep_off(starting_cpu);\n"
             "        if (omp_get_thread_num() == 1) cpus[1] = worker_cpu;\n"
             "    }\n"
