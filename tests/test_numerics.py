@@ -24,6 +24,7 @@ from eqsat.core.interp import evaluate, run
 from eqsat.core.saturate import Limits
 from eqsat.core.terms import LoopProgram, Term, to_term
 from eqsat.rewrites.lowering import lower
+from tests.machines import PINNED
 from tests.programs import assert_close, compiled
 from tests.test_loops import at, inner, named, nest, outer
 
@@ -429,3 +430,20 @@ def test_old_max_emission_fails_the_checks(isa: str, case: str) -> None:
         mutated = mutated.replace(new, old)
     with pytest.raises(AssertionError, match="NaN differs"):
         assert_specials_agree(compiled(program, isa, mutated)(x=x), want, want)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_contraction_blocked_mlp_layer_keeps_special_values(isa: str) -> None:
+    """A matmul whose contraction axis is split into blocks with a remainder (700 by 32 or 256,
+    as a depth or cache tile splits it), packed and register-tiled, and its bias + relu
+    epilogue follow numpy on NaN, ±inf, -0.0 and subnormal inputs."""
+    rng = np.random.default_rng(7)
+    x, w, b = (with_specials(rng, shape, rate=0.002) for shape in ((64, 700), (700, 96), (96,)))
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = np.maximum(x @ w + b, 0)
+        reference = np.maximum(x.astype(np.float64) @ w + b, 0)
+    symbols = [eqsat.tensor(n, a.shape) for n, a in (("x", x), ("W", w), ("b", b))]
+    layer = eqsat.relu(symbols[0] @ symbols[1] + symbols[2])
+    kernel = eqsat.compile(layer, machine=PINNED, isa=isa, progress=False)
+    assert "for k.outer(" in kernel.explain()  # the contraction is blocked, with a remainder
+    assert_specials_agree(kernel(x, w, b), want, reference)
