@@ -56,7 +56,7 @@ from eqsat.extract.machine import (
 )
 
 # Bump when the kernels or the way they are timed change: cached figures are then re-measured.
-CALIBRATION_VERSION = 3
+CALIBRATION_VERSION = 4
 CHAINS = 12
 MIN_CALL_SECONDS = 0.02
 TIMED_CALLS = 5
@@ -165,24 +165,36 @@ def thread_counts(machine: Machine) -> tuple[int, ...]:
     return tuple(sorted({1, machine.cores}))
 
 
-def _best_rate(run: Callable[[int], object], work_per_rep: float) -> float:
-    """Best rate (work per second) of `run(reps)`, reps grown until a call takes MIN_CALL_SECONDS.
+def _best_rates(
+    run: Callable[[int, int], object], work_per_rep: Callable[[int], float], counts: tuple[int, ...]
+) -> dict[int, float]:
+    """Best rate (work per second) of `run(threads, reps)` for each thread count in `counts`.
 
-    The shorter calls on the way warm up caches and OpenMP's threads; their times are not kept.
+    For each count, reps grow until a call takes MIN_CALL_SECONDS (the shorter calls on the way
+    warm up caches and OpenMP's threads; their times are not kept). Then TIMED_CALLS rounds time
+    every count once each, so that a busy moment of the shared host falls on all counts alike
+    instead of on whichever one was measured then.
     """
+    reps = {threads: _reps_for_min_call(lambda r, t=threads: run(t, r)) for threads in counts}
+    best = dict.fromkeys(counts, math.inf)
+    for _ in range(TIMED_CALLS):
+        for threads in counts:
+            start = time.perf_counter()
+            run(threads, reps[threads])
+            best[threads] = min(best[threads], time.perf_counter() - start)
+    return {t: work_per_rep(t) * reps[t] / best[t] for t in counts}
+
+
+def _reps_for_min_call(run: Callable[[int], object]) -> int:
+    """The smallest doubling-grown repetition count for which `run(reps)` takes MIN_CALL_SECONDS."""
     reps = 1
     while True:
         start = time.perf_counter()
         run(reps)
         seconds = time.perf_counter() - start
         if seconds >= MIN_CALL_SECONDS:
-            break
+            return reps
         reps = max(2 * reps, int(reps * 1.2 * MIN_CALL_SECONDS / max(seconds, 1e-7)))
-    for _ in range(TIMED_CALLS - 1):
-        start = time.perf_counter()
-        run(reps)
-        seconds = min(seconds, time.perf_counter() - start)
-    return work_per_rep * reps / seconds
 
 
 def _aligned_floats(count: int) -> np.ndarray:
@@ -218,19 +230,10 @@ def measure(machine: Machine) -> Calibration:
     start = time.perf_counter()
     library = build_library(calibration_source(machine), _CDEF, _flags(machine))
     counts = thread_counts(machine)
-    peak_flops = {
-        dtype: {threads: _fma_rate(library, machine, dtype, threads) for threads in counts}
-        for dtype in DTYPES
-    }
+    peak_flops = {dtype: _fma_rates(library, machine, dtype) for dtype in DTYPES}
     largest = max(_triad_floats(machine, "DRAM", threads) for threads in counts)
     buffer = _aligned_floats(3 * (largest + _PAD_FLOATS))
-    bandwidth = {
-        level: {
-            threads: _triad_rate(library, buffer, _triad_floats(machine, level, threads), threads)
-            for threads in counts
-        }
-        for level in MEMORY_LEVELS
-    }
+    bandwidth = {level: _triad_rates(library, buffer, machine, level) for level in MEMORY_LEVELS}
     flops_per_cycle = FMA_PER_CYCLE * 2 * machine.lanes("float32")
     clock_hz = peak_flops["float32"][1] / flops_per_cycle
     sink = _aligned_floats(16 * max(counts))
@@ -250,18 +253,36 @@ def measure(machine: Machine) -> Calibration:
     )
 
 
-def _fma_rate(library: Library, machine: Machine, dtype: str, threads: int) -> float:
-    """Flop/s of the FMA chains of `dtype` on `threads` threads."""
+def _fma_rates(library: Library, machine: Machine, dtype: str) -> dict[int, float]:
+    """Flop/s of the FMA chains of `dtype`, per thread count."""
     function = getattr(library.lib, f"calib_fma_{dtype}")
-    flops_per_iteration = 2.0 * CHAINS * machine.lanes(dtype) * threads
-    return _best_rate(lambda iterations: function(iterations, threads), flops_per_iteration)
+    return _best_rates(
+        lambda threads, iterations: function(iterations, threads),
+        lambda threads: 2.0 * CHAINS * machine.lanes(dtype) * threads,
+        thread_counts(machine),
+    )
 
 
-def _triad_rate(library: Library, buffer: np.ndarray, n: int, threads: int) -> float:
-    """Bytes/s of the triad on three `n`-element arrays carved out of `buffer`."""
+def _triad_rates(
+    library: Library, buffer: np.ndarray, machine: Machine, level: str
+) -> dict[int, float]:
+    """Bytes/s of the triad sized for `level`, per thread count, on arrays carved from `buffer`."""
+    counts = thread_counts(machine)
+    sizes = {threads: _triad_floats(machine, level, threads) for threads in counts}
+    arrays = {threads: _triad_arrays(library, buffer, sizes[threads]) for threads in counts}
+    return _best_rates(
+        lambda threads, reps: library.lib.calib_triad(
+            *arrays[threads], sizes[threads], reps, threads
+        ),
+        lambda threads: 12.0 * sizes[threads],
+        counts,
+    )
+
+
+def _triad_arrays(library: Library, buffer: np.ndarray, n: int) -> tuple[Any, ...]:
+    """Three `n`-element cffi arrays in `buffer`, _PAD_FLOATS apart."""
     ffi, stride = library.ffi, n + _PAD_FLOATS
-    a, b, c = (ffi.from_buffer("float[]", buffer[k * stride : k * stride + n]) for k in range(3))
-    return _best_rate(lambda reps: library.lib.calib_triad(a, b, c, n, reps, threads), 12.0 * n)
+    return tuple(ffi.from_buffer("float[]", buffer[k * stride : k * stride + n]) for k in range(3))
 
 
 def calibration_key(machine: Machine) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from eqsat.backend_c import calibrate
 from eqsat.backend_c.calibrate import calibrated, calibrated_host, calibration_key, thread_counts
 from eqsat.extract.machine import DTYPES, MEMORY_LEVELS, Calibration, Machine
 
@@ -135,3 +136,19 @@ def test_host_calibration_is_positive_and_gives_the_clock() -> None:
     assert calibrated_host().calibration == calibration  # from the cache this time
     assert machine.clock_hz() == calibration.clock_hz
     assert 0.3e9 < machine.clock_hz() < 10e9  # a plausible clock, even on a loaded machine
+
+
+def test_a_busy_spell_falls_on_every_thread_count_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fake clock: each rep takes 20 ms, twice that while the host is busy, which it is for the
+    # first 7 calls (both counts' first calls and the next five). Timed one count after the
+    # other, the 1-thread figure would come out of busy calls only, at half its rate.
+    clock = {"now": 0.0, "calls": 0}
+
+    def run(threads: int, reps: int) -> None:
+        busy = clock["calls"] < 7
+        clock["calls"] += 1
+        clock["now"] += reps * calibrate.MIN_CALL_SECONDS * (2 if busy else 1)
+
+    monkeypatch.setattr(calibrate.time, "perf_counter", lambda: clock["now"])
+    rates = calibrate._best_rates(run, lambda threads: float(threads), (1, 2))
+    assert rates == pytest.approx({t: t / calibrate.MIN_CALL_SECONDS for t in (1, 2)})
