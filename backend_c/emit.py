@@ -7,7 +7,9 @@ output cannot stay in cache for its reader anyway, and the stores then skip read
 first. The emitter re-checks that a vector loop is safe to vectorize (a single store or
 accumulate whose loads are contiguous or uniform along the loop, with ops that have a vector
 form) and emits the scalar loop otherwise, so correctness never rests on the guard
-of the rule that placed the mark. `Parallel` becomes an OpenMP loop, `Unroll(n)` a GCC pragma.
+of the rule that placed the mark. `Parallel` becomes an OpenMP loop, `Unroll(n)` a GCC pragma. The
+copy that packs a register tile's rows (`eqsat.rewrites.packing`) gathers a vector of several
+rows' elements a step instead of copying one element at a time.
 Every identifier in the C comes from the lowering (in0, out0, t0, i0, k, ...), never from a user.
 """
 
@@ -30,11 +32,13 @@ from eqsat.core.loops import (
     axis_extent,
     has_remainder,
     horizontal,
+    moves_with,
     register_tile,
     split_tile,
     streamed_store,
     trip_runs,
     trips_here,
+    unit_stride_axes,
     vectorizable,
 )
 from eqsat.core.terms import LoopProgram, Term, index_items
@@ -267,6 +271,10 @@ class _Emitter:
         if tile is not None:
             self.register_tile_loop(axis, kind, body, tile)
             return
+        gather = self.row_gather(axis, body) if kind.op == "LoopKind.serial" else None
+        if gather is not None:
+            self.gathered_rows_loop(axis, body, gather)
+            return
         var, extent = axis_var(axis), self.trips_expr(axis)
         region = kind.op == "LoopKind.parallel" and not self.in_parallel
         if region:
@@ -295,6 +303,77 @@ class _Emitter:
             self.line("}")
             self.depth -= 1
             self.line("}")
+
+    def row_gather(self, axis: Term, body: Term) -> _RowGather | None:
+        """The gather that copies `lanes` elements a step in `for axis: for r unroll(R):
+        pk[..., axis, r] = src[...]`, a packing copy of a register tile's rows
+        (`eqsat.rewrites.packing`), or None when the loop is not such a copy. It requires: every
+        run of r has R trips, R divides the lanes, `src` is contiguous along `axis` and walks a
+        whole dimension with r (the lanes of one step are lanes/R consecutive `axis` values of
+        R rows), and the offsets fit int32."""
+        vector = self.vector
+        if vector is None or body.op != "Stmt.loop" or body.args[1].op != "LoopKind.unroll":  # type: ignore[union-attr]
+            return None
+        rows_axis, _, copy = body.args
+        assert isinstance(rows_axis, Term) and isinstance(copy, Term)
+        runs = trip_runs(rows_axis)
+        rows = next(iter(runs))
+        if len(runs) != 1 or vector.lanes % rows or copy.op != "Stmt.store":
+            return None
+        target, value = copy.args[1], copy.args[2]
+        assert isinstance(target, Term) and isinstance(value, Term)
+        if self.shapes[str(copy.args[0])][-1] != rows:
+            return None
+        if value.op != "Scalar.load" or index_items(target)[-2:] != [
+            Term("Index.axis", (axis,)),
+            Term("Index.axis", (rows_axis,)),
+        ]:
+            return None
+        source, source_index = str(value.args[0]), value.args[1]
+        assert isinstance(source_index, Term)
+        if access_kind(source_index, axis) != "contiguous":
+            return None
+        items = index_items(source_index)
+        moving = [d for d, item in enumerate(items) if moves_with(item, rows_axis)]
+        if len(moving) != 1 or items[moving[0]].op != "Index.axis":
+            return None
+        if items[moving[0]].args[0] not in unit_stride_axes(rows_axis):
+            return None
+        row_stride = math.prod(self.shapes[source][moving[0] + 1 :])
+        steps = vector.lanes // rows
+        offsets = [r * row_stride + j for j in range(steps) for r in range(rows)]
+        if max(offsets) >= 2**31:
+            return None
+        return _RowGather(rows_axis, copy, steps, offsets)
+
+    def gathered_rows_loop(self, axis: Term, body: Term, gather: _RowGather) -> None:
+        """`row_gather`'s copy: a gather and a vector store for each `gather.steps` values of
+        `axis`, then the plain loop for the values left."""
+        vector = self.vector
+        assert vector is not None
+        var, extent = axis_var(axis), self.trips_expr(axis)
+        self.line("{")
+        self.depth += 1
+        offsets = f"rows_{var}"
+        self.line(f"const {vector.gather_offsets_type()} {offsets} = ")
+        self.line(f"    {vector.gather_offsets(gather.offsets)};")
+        self.line(f"int64_t {var} = 0;")
+        self.line(f"for (; {var} + {gather.steps} <= {extent}; {var} += {gather.steps}) {{")
+        self.scope.append(axis)
+        self.fixed[gather.rows_axis] = "0"
+        target = self.element(str(gather.copy.args[0]), gather.copy.args[1])  # type: ignore[arg-type]
+        source = self.element(*gather.copy.args[2].args)  # type: ignore[union-attr]
+        del self.fixed[gather.rows_axis]
+        self.scope.pop()
+        self.depth += 1
+        self.line(vector.store(f"&{target}", vector.gather(f"&{source}", offsets)))
+        self.depth -= 1
+        self.line("}")
+        self.line(f"for (; {var} < {extent}; ++{var}) {{")
+        self.nested(axis, body)
+        self.line("}")
+        self.depth -= 1
+        self.line("}")
 
     @property
     def in_parallel(self) -> bool:
@@ -644,6 +723,17 @@ STACK_TEMPORARY_BYTES = 64 * 1024
 # on one chain, each FMA waits for the last one's latency, which held a matrix-vector row well
 # below the load rate (docs/MEASUREMENTS.md).
 HORIZONTAL_CHAINS = 4
+
+
+@dataclass(frozen=True)
+class _RowGather:
+    """A packing copy of `rows_axis`'s rows, `steps` values of the loop around it a vector
+    (`_Emitter.row_gather`): lane j reads offset `offsets[j]` from its step's first element."""
+
+    rows_axis: Term
+    copy: Term  # the copy's store
+    steps: int
+    offsets: list[int]
 
 
 def _tile_axes(tile: RegisterTile) -> list[Term]:

@@ -10,6 +10,7 @@ each is wrapped in a helper (`scalar_preamble`, `VectorIsa.preamble`) that puts 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from eqsat.core.loops import MASKED_ISAS
@@ -91,6 +92,22 @@ class VectorIsa:
         """A non-temporal store of a whole vector; `pointer` must be vector-aligned, and the
         stores must be fenced (`_mm_sfence()`) before another thread reads them."""
         return f"{self._fn('stream')}({pointer}, {value});"
+
+    def gather_offsets(self, offsets: Sequence[int]) -> str:
+        """A vector of 32-bit element offsets, one a lane, for `gather` (they fit int32)."""
+        bits = self.lanes * 32
+        prefix = {512: "_mm512", 256: "_mm256", 128: "_mm"}[bits]
+        return f"{prefix}_setr_epi32({', '.join(map(str, offsets))})"
+
+    def gather_offsets_type(self) -> str:
+        return f"__m{self.lanes * 32}i"
+
+    def gather(self, pointer: str, offsets: str) -> str:
+        """Lane j = pointer[offsets[j]] (AVX2 and AVX-512 gather loads)."""
+        scale = 4 if self.dtype == "float32" else 8
+        if self.name == "avx512":
+            return f"{self._fn('i32gather')}({offsets}, {pointer}, {scale})"
+        return f"{self._fn('i32gather')}({pointer}, {offsets}, {scale})"
 
     def broadcast(self, scalar: str) -> str:
         return f"{self._fn('set1')}({scalar})"

@@ -4,16 +4,18 @@ program computes what it computed before (interpreter and compiled C against num
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import eqsat
+from eqsat.backend_c.emit import emit
 from eqsat.core.interp import run
 from eqsat.core.loops import top_statements
 from eqsat.core.terms import LoopProgram, Term
-from eqsat.rewrites.packing import pack_panels
+from eqsat.rewrites.packing import L1_SET_SPAN, pack_panels
 from tests.machines import PINNED
-from tests.programs import assert_close, assert_variant_agrees
+from tests.programs import agrees_with_interpreter, assert_close, assert_variant_agrees
 from tests.test_loops import at, inner, named, nest, outer
 
 
@@ -140,3 +142,43 @@ def _replace_value(term: Term, value: Term) -> Term:
         return Term(term.op, (*term.args[:3], value))
     args = tuple(_replace_value(a, value) if isinstance(a, Term) else a for a in term.args)
     return Term(term.op, args)
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+@settings(max_examples=6, deadline=None)
+@given(
+    row_tiles=st.integers(1, 3),
+    edge_rows=st.sampled_from([0, 3]),
+    rows=st.sampled_from([4, 8]),
+    depth=st.sampled_from([(16, 32), (16, 37), (33, 40)]),
+    dtype=st.sampled_from(["float32", "float64"]),
+)
+def test_register_tile_rows_4k_apart_are_packed_and_gathered(
+    isa: str, row_tiles: int, edge_rows: int, rows: int, depth: tuple[int, int], dtype: str
+) -> None:
+    """in0's rows are 4 KiB apart (the product reads the first k of each), so a register
+    tile's rows share L1 sets: they are packed per depth block ([row tile, k, row] panels),
+    copied by gathers where whole row tiles and whole vectors allow; the kernel agrees with the
+    interpreter, edge rows and a depth remainder included."""
+    tk, k = depth
+    m = rows * row_tiles + edge_rows
+    program = _with_rows_apart(tiled_matmul(m, k, 32, ti=rows, tk=tk, tj=16), L1_SET_SPAN, dtype)
+    packed = agrees_after_packing(program)
+    shapes = [alloc.args[1] for alloc in packed_allocs(packed.body)]
+    assert (-(-m // rows), tk, rows) in shapes
+    source = emit(packed, isa)
+    assert ("i32gather" in source) == (edge_rows == 0)
+    agrees_with_interpreter(packed, isa, source=source)
+
+
+def test_rows_not_a_multiple_of_4k_apart_are_not_packed() -> None:
+    program = _with_rows_apart(tiled_matmul(16, 32, 32, ti=8, tk=16, tj=16), 4000, "float32")
+    shapes = [alloc.args[1] for alloc in packed_allocs(pack_panels(program).body)]
+    assert shapes == [(16, 16)]  # in1's panel only
+
+
+def _with_rows_apart(program: LoopProgram, row_bytes: int, dtype: str) -> LoopProgram:
+    """`program` in `dtype` with in0 as wide as `row_bytes` (the product reads its first k)."""
+    (name, (m, _)), right = program.inputs
+    wide = (name, (m, row_bytes // np.dtype(dtype).itemsize))
+    return LoopProgram(program.body, (wide, right), program.outputs, dtype)
