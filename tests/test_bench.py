@@ -4,6 +4,7 @@ asserted)."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -141,9 +142,7 @@ def test_sweep_shapes_are_seeded_bounded_and_mostly_not_multiples_of_8() -> None
 
 
 def test_sweep_runs_checks_and_summarizes_a_family() -> None:
-    tiny = sweep.Family(
-        "elementwise", 2, (3, 40), 2000, sweep.FAMILIES[-1].workload, 2.5, 1.0
-    )
+    tiny = sweep.Family("elementwise", 2, (3, 40), 2000, sweep.FAMILIES[-1].workload, 2.5, 1.0)
     results, summaries = sweep.run_sweep([tiny], 2, 0, fake_machine(), 1)
     assert len(results) == 2 and all(r.correct for r in results)
     (summary,) = summaries
@@ -169,3 +168,27 @@ def test_settling_idles_before_every_block() -> None:
     start = time.perf_counter()
     interleaved_medians(functions, repeats=3, budget_seconds=60.0, settle_seconds=0.05)
     assert time.perf_counter() - start >= 2 * 3 * 0.05  # one idle per block: 2 names, 3 rounds
+
+
+class WakesSlowly:
+    """A call busy-waits 50 us, or 400 us for the first 3 calls after 20 ms without a call (as
+    a kernel whose cores went to sleep)."""
+
+    def __init__(self) -> None:
+        self.last_call = -math.inf
+        self.calls_since_idle = 0
+
+    def __call__(self) -> None:
+        now = time.perf_counter()
+        self.calls_since_idle = 0 if now - self.last_call > 0.02 else self.calls_since_idle
+        self.calls_since_idle += 1
+        until = now + (400e-6 if self.calls_since_idle <= 3 else 50e-6)
+        while time.perf_counter() < until:
+            pass
+        self.last_call = time.perf_counter()
+
+
+def test_settled_blocks_time_the_steady_state_not_the_first_calls_after_idle() -> None:
+    # One untimed call after idle left two slow calls in a block of ~5: a median of ~190 us.
+    medians = interleaved_medians({"f": WakesSlowly()}, repeats=5, settle_seconds=0.05)
+    assert medians["f"] < 120e-6

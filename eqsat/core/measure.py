@@ -79,9 +79,11 @@ def interleaved_medians(
     `each_seconds`, a function also leaves the rounds once it has MIN_ROUNDS samples taking that
     long in total (a slow function gets few rounds, a fast one many). With `settle_seconds`, the
     process idles that long before each block, so the threads a function left spinning (a BLAS
-    library's) have gone to sleep before another one is timed; then one untimed call wakes the
-    function's own threads, so the block still times its steady state and not a first call after
-    idle (which on a virtual machine can take twice as long while a sleeping core wakes).
+    library's) have gone to sleep before another one is timed; then untimed calls for
+    BLOCK_SECONDS wake the function's threads and the cores they run on, so the block measures
+    its steady state, not the first calls after idle (on a virtual machine, a 2-thread kernel
+    of 0.15 ms ran 2-5x slower for the first ~2 ms of calls after 0.2 s idle, so one untimed
+    call was not enough; docs/MEASUREMENTS.md).
 
     It requires: `repeats` >= 1.
     """
@@ -101,7 +103,7 @@ def interleaved_medians(
             function, count = functions[name], calls[name]
             if settle_seconds:
                 time.sleep(settle_seconds)
-                function()  # a first call after idle wakes thread pools: not steady state
+                _warm_up(function)
             before = time.perf_counter()
             for _ in range(count):
                 function()
@@ -109,6 +111,14 @@ def interleaved_medians(
         if round_ + 1 >= MIN_ROUNDS and time.perf_counter() - start > budget_seconds:
             break
     return {name: statistics.median(samples) for name, samples in times.items()}
+
+
+def _warm_up(function: Callable[[], object]) -> None:
+    """Untimed calls of `function` for BLOCK_SECONDS (at least one)."""
+    until = time.perf_counter() + BLOCK_SECONDS
+    function()
+    while time.perf_counter() < until:
+        function()
 
 
 def _calls_per_block(function: Callable[[], object]) -> int:
