@@ -53,6 +53,13 @@ _SCALAR_UNARY = {
     "tanh": "tanh{f}({x})",
     "sigmoid": "(1 / (1 + exp{f}(-({x}))))",
     "relu": "eq_max({x}, 0)",
+    "log1p": "log1p{f}({x})",
+    "expm1": "expm1{f}({x})",
+    "sin": "sin{f}({x})",
+    "cos": "cos{f}({x})",
+    "sign": "eq_sign({x})",
+    "floor": "floor{f}({x})",
+    "ceil": "ceil{f}({x})",
 }
 _SCALAR_BINARY = {
     "add": "({a} + {b})",

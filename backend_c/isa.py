@@ -42,13 +42,18 @@ COMPARE_PREDICATES = {
 def scalar_preamble(dtype: str) -> str:
     """C helpers `eq_max` and `eq_min` of two `dtype` scalars, numpy's maximum and minimum bit
     for bit: `a` where `a` is NaN, else `a > b ? a : b` (resp. `<`), which is `b` where `b` is
-    NaN. Emitted once per kernel, before anything that calls them. (So spelled, gcc emits one
-    maxss or minss after a NaN test whose branch numbers never take.)"""
+    NaN; and `eq_sign`, numpy's sign (+0 for either zero, NaN for NaN). Emitted once per kernel,
+    before anything that calls them. (So spelled, gcc emits one maxss or minss after a NaN test
+    whose branch numbers never take.)"""
     ctype = "float" if dtype == "float32" else "double"
-    return "".join(
+    extrema = "".join(
         f"static inline {ctype} eq_{op}({ctype} a, {ctype} b) {{\n"
         f"    return a != a ? a : (a {sign} b ? a : b);\n}}\n"
         for op, sign in (("max", ">"), ("min", "<"))
+    )
+    return extrema + (
+        f"static inline {ctype} eq_sign({ctype} x) {{\n"
+        "    return x > 0 ? 1 : (x < 0 ? -1 : (x == x ? 0 : x));\n}\n"
     )
 
 
@@ -127,6 +132,16 @@ class VectorIsa:
                 return f"{self._fn('sqrt')}({x})"
             case "relu":
                 return self.binary("max", x, zero)
+            case "floor" | "ceil":
+                if self.name == "avx512":  # round toward -inf (1) or +inf (2), no exceptions (8)
+                    mode = "0x09" if op == "floor" else "0x0A"
+                    return f"{self._fn('roundscale')}({x}, {mode})"
+                return f"{self._fn(op)}({x})"
+            case "sign":  # numpy's: +0 for either zero, NaN for NaN
+                one, minus_one = self.broadcast("1"), self.broadcast("-1")
+                kept = self.select(self.compare("eq", x, x), zero, x)
+                negative = self.select(self.compare("lt", x, zero), minus_one, kept)
+                return self.select(self.compare("gt", x, zero), one, negative)
         if op in VECTOR_FUNCTIONS:
             return f"{VECTOR_FUNCTIONS[op]}({x})"
         # eqsat.core.loops.VECTOR_UNARY lists exactly the ops above and those of VECTOR_FUNCTIONS.

@@ -32,11 +32,16 @@ from eqsat.core.terms import DTYPES, TExpr, to_term
 __all__ = [
     "Tensor",
     "abs",
+    "ceil",
     "clip",
+    "cos",
     "exp",
+    "expm1",
+    "floor",
     "gelu",
     "layernorm",
     "log",
+    "log1p",
     "matmul",
     "max",
     "maximum",
@@ -45,6 +50,8 @@ __all__ = [
     "minimum",
     "relu",
     "sigmoid",
+    "sign",
+    "sin",
     "softmax",
     "sqrt",
     "std",
@@ -460,6 +467,41 @@ def abs(x: Tensor) -> Tensor:
     return _unary("abs", x)
 
 
+def log1p(x: Tensor) -> Tensor:
+    """Elementwise log(1 + x), accurate for small x."""
+    return _unary("log1p", x)
+
+
+def expm1(x: Tensor) -> Tensor:
+    """Elementwise exp(x) - 1, accurate for small x."""
+    return _unary("expm1", x)
+
+
+def sin(x: Tensor) -> Tensor:
+    """Elementwise sine (radians)."""
+    return _unary("sin", x)
+
+
+def cos(x: Tensor) -> Tensor:
+    """Elementwise cosine (radians)."""
+    return _unary("cos", x)
+
+
+def sign(x: Tensor) -> Tensor:
+    """Elementwise -1, 0 or 1 by the sign of x (numpy's: +0 for either zero, NaN for NaN)."""
+    return _unary("sign", x)
+
+
+def floor(x: Tensor) -> Tensor:
+    """Elementwise largest integer <= x (as a float)."""
+    return _unary("floor", x)
+
+
+def ceil(x: Tensor) -> Tensor:
+    """Elementwise smallest integer >= x (as a float)."""
+    return _unary("ceil", x)
+
+
 def maximum(a: Tensor | float, b: Tensor | float) -> Tensor:
     """Elementwise maximum with broadcasting; one side may be a scalar."""
     return _binary("max", a, b, "maximum")
@@ -622,6 +664,13 @@ _NUMPY_UFUNCS: dict[np.ufunc, Callable[..., Tensor]] = {
     np.log: log,
     np.sqrt: sqrt,
     np.tanh: tanh,
+    np.log1p: log1p,
+    np.expm1: expm1,
+    np.sin: sin,
+    np.cos: cos,
+    np.sign: sign,
+    np.floor: floor,
+    np.ceil: ceil,
     np.absolute: abs,  # also numpy.abs
     np.negative: partial(_unary, "neg"),
     np.add: partial(_binary, "add"),

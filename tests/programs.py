@@ -31,6 +31,10 @@ UNARY = {
     "relu": eqsat.relu,
     "abs": eqsat.abs,
     "neg": lambda t: -t,
+    "sin": eqsat.sin,
+    "cos": eqsat.cos,
+    "expm1": lambda t: eqsat.expm1(eqsat.tanh(t)),
+    "log1p": lambda t: eqsat.log1p(eqsat.abs(t)),
 }
 BINARY = {
     "add": lambda a, b: a + b,

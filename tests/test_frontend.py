@@ -487,6 +487,9 @@ def test_matmul_of_vectors_reshapes() -> None:
     assert (v @ tensor("w", (3,))).shape == ()
 
 
+MATH_OPS = ("log1p", "expm1", "sin", "cos", "sign", "floor", "ceil")
+
+
 def test_unary_and_comparison_op_names() -> None:
     for fn, op in [
         (F.exp, "exp"),
@@ -497,6 +500,7 @@ def test_unary_and_comparison_op_names() -> None:
         (F.relu, "relu"),
         (F.abs, "abs"),
         (Tensor.__neg__, "neg"),
+        *((getattr(F, name), name) for name in MATH_OPS),
     ]:
         assert term(fn(x32)) == Term("TExpr.unary", (op, term(x32)))
     for result, op in [

@@ -122,8 +122,12 @@ NUMPY_PROGRAMS: list[tuple[str, Callable[..., Any], list[tuple[int, ...]]]] = [
     (
         "clip-abs-pow",
         lambda x, y: (
-            np.clip(x, -0.5, 0.75) + x.clip(max=0.1) + np.clip(x, y, 1.0) + abs(x) * x.size
-            - x ** 2.0 + np.reciprocal(y + 3.0)
+            np.clip(x, -0.5, 0.75)
+            + x.clip(max=0.1)
+            + np.clip(x, y, 1.0)
+            + abs(x) * x.size
+            - x**2.0
+            + np.reciprocal(y + 3.0)
         ),
         [X, X],
     ),
@@ -161,6 +165,10 @@ UNARY_STEPS: dict[str, Callable[[Any], Any]] = {
     "tanh": np.tanh,
     "negative": np.negative,
     "power": lambda t: np.power(np.tanh(t), 3),
+    "sin": np.sin,
+    "cos": np.cos,
+    "expm1": lambda t: np.expm1(np.tanh(t)),
+    "log1p": lambda t: np.log1p(np.abs(t)),
 }
 BINARY_STEPS: dict[str, Callable[[Any, Any], Any]] = {
     "add": np.add,
@@ -425,7 +433,7 @@ def tensor_x() -> eqsat.Tensor:
     [
         (lambda x: np.sort(x), "numpy.sort is not supported on eqsat tensors; supported: "),
         (lambda x: np.fft.fft(x), "numpy.fft.fft is not supported on eqsat tensors"),
-        (lambda x: np.sin(x), "numpy.sin is not supported on eqsat tensors"),
+        (lambda x: np.arcsin(x), "numpy.arcsin is not supported on eqsat tensors"),
         (lambda x: np.add.reduce(x), "numpy.add.reduce is not supported on eqsat tensors"),
         (lambda x: np.multiply.outer(x, x), "numpy.multiply.outer is not supported"),
         (lambda x: np.maximum.accumulate(x), "numpy.maximum.accumulate is not supported"),

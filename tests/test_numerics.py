@@ -447,3 +447,28 @@ def test_contraction_blocked_mlp_layer_keeps_special_values(isa: str) -> None:
     kernel = eqsat.compile(layer, machine=PINNED, isa=isa, progress=False)
     assert "for k.outer(" in kernel.explain()  # the contraction is blocked, with a remainder
     assert_specials_agree(kernel(x, w, b), want, reference)
+
+
+# Math functions of numpy's, through the C at every ISA (floor, ceil and sign as vector code,
+# the others as libm's scalar functions), on inputs that are the special values and numbers on
+# both sides of the integers: numpy's values, the sign of a zero included.
+MATH = ("log1p", "expm1", "sin", "cos", "sign", "floor", "ceil")
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("name", MATH)
+def test_math_functions_match_numpy_on_special_values(isa: str, name: str) -> None:
+    rng = np.random.default_rng(3)
+    values = np.concatenate([SPECIALS, [-1.0, -0.5, 0.5, 2.5, -2.5, 1e6, -1e-7]])
+    data = np.concatenate([values, rng.uniform(-4, 4, 36)]).astype(np.float32).reshape(4, 13)
+    x = eqsat.tensor("x", data.shape)
+    kernel = eqsat.compile(getattr(eqsat, name)(x), isa=isa, progress=False, limits=LIMITS)
+    with np.errstate(all="ignore"):
+        want = getattr(np, name)(data)
+        reference = getattr(np, name)(data.astype(np.float64))
+    got = kernel(data)
+    assert_specials_agree(got, want, reference)
+    zeros = want == 0
+    assert np.array_equal(np.signbit(got[zeros]), np.signbit(want[zeros])), "sign of zero"
+    if name in ("sign", "floor", "ceil"):
+        assert np.array_equal(got, want, equal_nan=True)  # exact

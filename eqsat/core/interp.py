@@ -24,6 +24,13 @@ UNARY: dict[str, Callable[[Any], Any]] = {
     "tanh": np.tanh,
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "relu": lambda x: np.maximum(x, 0),
+    "log1p": np.log1p,
+    "expm1": np.expm1,
+    "sin": np.sin,
+    "cos": np.cos,
+    "sign": np.sign,
+    "floor": np.floor,
+    "ceil": np.ceil,
 }
 
 BINARY: dict[str, Callable[[Any, Any], Any]] = {

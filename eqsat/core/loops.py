@@ -11,7 +11,10 @@ from types import MappingProxyType
 from eqsat.core.terms import Term, index_items
 
 # Ops the C backend has a vector form for; any other op keeps a loop scalar.
-VECTOR_UNARY = frozenset({"neg", "abs", "sqrt", "relu", "exp", "log", "tanh", "sigmoid"})
+# (log1p, expm1, sin and cos have no vector form yet: their loops run libm's scalar functions)
+VECTOR_UNARY = frozenset(
+    {"neg", "abs", "sqrt", "relu", "exp", "log", "tanh", "sigmoid", "sign", "floor", "ceil"}
+)
 
 
 # Accumulators a register tile may hold, per ISA: 32 zmm (16 ymm) registers, minus the ones

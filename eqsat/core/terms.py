@@ -36,7 +36,23 @@ from egglog import (
 
 # ---------------------------------------------------------------- operator vocabulary
 
-UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu")
+UNARY_OPS = (
+    "neg",
+    "abs",
+    "exp",
+    "log",
+    "sqrt",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "log1p",
+    "expm1",
+    "sin",
+    "cos",
+    "sign",
+    "floor",
+    "ceil",
+)
 ARITH_OPS = ("add", "sub", "mul", "div", "max", "min")
 COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")  # 1.0 where true, 0.0 where false
 BINARY_OPS = ARITH_OPS + COMPARE_OPS
