@@ -24,7 +24,7 @@ from itertools import product
 
 from eqsat.backend_c.abi import C_TYPES, prototype
 from eqsat.backend_c.build import THREADS_PREAMBLE
-from eqsat.backend_c.isa import VECTOR_FUNCTIONS, VectorIsa, scalar_preamble
+from eqsat.backend_c.isa import VECTOR_FUNCTIONS, VectorIsa, scalar_preamble, sign_helper
 from eqsat.backend_c.vmath import vector_math
 from eqsat.core.loops import (
     RegisterTile,
@@ -107,6 +107,7 @@ class _Emitter:
         self.scope: list[Term] = []
         self.fixed: dict[Term, str] = {}  # axes of unrolled loops -> their value in this copy
         self.uses_math = False  # a vector exp/log/tanh/sigmoid was emitted
+        self.uses_sign = False  # a scalar sign was emitted (it calls `isa.sign_helper`'s)
         self.parallel_depth = 0
         self.has_region = False  # an OpenMP parallel region was emitted (THREADS_PREAMBLE)
         # Non-temporal stores emitted since the last fence: fenced once per iteration of the
@@ -194,6 +195,7 @@ class _Emitter:
                 return self.literal(float(a[0]))  # type: ignore[arg-type]
             case "Scalar.unary":
                 x = self.scalar(a[1])  # type: ignore[arg-type]
+                self.uses_sign |= a[0] == "sign"
                 return _SCALAR_UNARY[str(a[0])].format(x=x, f=self.suffix)
             case "Scalar.binary":
                 x, y = self.scalar(a[1]), self.scalar(a[2])  # type: ignore[arg-type]
@@ -778,6 +780,8 @@ def emit(program: LoopProgram, isa: str, symbol: str = "eqsat_kernel") -> str:
             header[-1] += "\n" + vector_math(emitter.vector)
     else:
         header += ["", scalar_preamble(program.dtype)]
+    if emitter.uses_sign:
+        header[-1] += sign_helper(program.dtype)
     signature = prototype(
         _identifier(symbol),
         len(program.inputs),

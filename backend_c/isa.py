@@ -42,16 +42,21 @@ COMPARE_PREDICATES = {
 def scalar_preamble(dtype: str) -> str:
     """C helpers `eq_max` and `eq_min` of two `dtype` scalars, numpy's maximum and minimum bit
     for bit: `a` where `a` is NaN, else `a > b ? a : b` (resp. `<`), which is `b` where `b` is
-    NaN; and `eq_sign`, numpy's sign (+0 for either zero, NaN for NaN). Emitted once per kernel,
-    before anything that calls them. (So spelled, gcc emits one maxss or minss after a NaN test
-    whose branch numbers never take.)"""
+    NaN. Emitted once per kernel, before anything that calls them. (So spelled, gcc emits one
+    maxss or minss after a NaN test whose branch numbers never take.)"""
     ctype = "float" if dtype == "float32" else "double"
-    extrema = "".join(
+    return "".join(
         f"static inline {ctype} eq_{op}({ctype} a, {ctype} b) {{\n"
         f"    return a != a ? a : (a {sign} b ? a : b);\n}}\n"
         for op, sign in (("max", ">"), ("min", "<"))
     )
-    return extrema + (
+
+
+def sign_helper(dtype: str) -> str:
+    """C helper `eq_sign` of a `dtype` scalar, numpy's sign: +0 for either zero, NaN for NaN.
+    Emitted after `scalar_preamble` in kernels that compute a scalar sign."""
+    ctype = "float" if dtype == "float32" else "double"
+    return (
         f"static inline {ctype} eq_sign({ctype} x) {{\n"
         "    return x > 0 ? 1 : (x < 0 ? -1 : (x == x ? 0 : x));\n}\n"
     )
