@@ -720,6 +720,46 @@ _NUMPY_FUNCTIONS: dict[Callable[..., Any], _NumpyFunction] = {
     np.dot: _NumpyFunction(_dot, 2),
 }
 
+# Python operators of Tensor (its dunder methods) as a user writes them.
+_OPERATORS = {
+    "__add__": "+",
+    "__sub__": "-",
+    "__mul__": "*",
+    "__truediv__": "/",
+    "__pow__": "**",
+    "__matmul__": "@",
+    "__neg__": "-x",
+    "__abs__": "abs(x)",
+    "__lt__": "<",
+    "__le__": "<=",
+    "__gt__": ">",
+    "__ge__": ">=",
+    "__eq__": "==",
+    "__ne__": "!=",
+}
+
+
+def supported_numpy_table() -> str:
+    """The README's table of the numpy API on tensors, made from the dispatch tables and
+    `Tensor`'s members (tests/test_readme.py keeps the README's copy equal to it)."""
+    rows = {
+        "numpy ufuncs (called directly)": [f"np.{u.__name__}" for u in _NUMPY_UFUNCS],
+        "numpy functions": [f"np.{f.__name__}" for f in _NUMPY_FUNCTIONS],
+        "tensor methods and attributes": [
+            *(f"x.{n}" for n in vars(Tensor) if not n.startswith("_")),
+            "x.shape",  # (set by __init__)
+            "x.dtype",
+        ],
+        "operators": [symbol for name, symbol in _OPERATORS.items() if name in vars(Tensor)],
+        "eqsat functions": [f"eqsat.{n}" for n in __all__ if n != "Tensor"],
+    }
+    lines = ["| kind | count | names |", "|---|---|---|"]
+    for kind, names in rows.items():
+        shown = ", ".join(f"`{n}`" for n in sorted(set(names)))
+        lines.append(f"| {kind} | {len(set(names))} | {shown} |")
+    return "\n".join(lines)
+
+
 _SUPPORTED = "supported: " + ", ".join(
     sorted(
         [f"numpy.{ufunc.__name__}" for ufunc in _NUMPY_UFUNCS]
