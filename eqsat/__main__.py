@@ -31,9 +31,16 @@ def main(argv: list[str]) -> int:
         "bench": "time eqsat against numpy on the benchmark workloads (see --help)",
         "rules": "list every rewrite rule: name, identity, guard",
     }
+    usage = "usage:\n" + "\n".join(
+        f"  python -m eqsat {name:6} {text}" for name, text in commands.items()
+    )
+    if argv in (["-h"], ["--help"]):
+        print(usage)
+        return 0
     if not argv or argv[0] not in commands or (argv[0] != "bench" and len(argv) > 1):
-        usage = "\n".join(f"  python -m eqsat {name:6} {text}" for name, text in commands.items())
-        print(f"usage:\n{usage}", file=sys.stderr)
+        if argv and argv[0] not in commands:
+            print(f"python -m eqsat: unknown command {argv[0]!r}", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     if argv[0] == "rules":
         from eqsat.tools.catalog import print_rules

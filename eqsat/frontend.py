@@ -25,7 +25,12 @@ import numpy as np
 from egglog import get_callable_args, get_callable_fn
 
 from eqsat.core import shapes
-from eqsat.core.errors import DTypeError, ShapeError, UnsupportedError
+from eqsat.core.errors import (
+    DTypeError,
+    ShapeError,
+    UnsupportedAttributeError,
+    UnsupportedError,
+)
 from eqsat.core.shapes import Shape
 from eqsat.core.terms import DTYPES, TExpr, to_term
 
@@ -64,6 +69,7 @@ __all__ = [
 ]
 
 Axes = int | tuple[int, ...] | None
+_ATTRIBUTES = ("shape", "dtype")  # a Tensor's own attributes (set by __init__) users read
 _SCALAR_TYPES = (int, float, np.integer, np.floating)
 
 
@@ -120,6 +126,24 @@ class Tensor:
             "a symbolic eqsat tensor has no values to make a numpy array of; build the "
             "result with operators and supported numpy functions, then compile it"
         )
+
+    def __getitem__(self, index: object) -> Tensor:
+        """Refused for now (issue: indexing): a clear error instead of "not subscriptable"."""
+        raise UnsupportedError(
+            "indexing and slicing a tensor (x[...]) is not supported yet; pass the part you "
+            "need as an input of its own, or write the computation on the whole array"
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        """Called only for a name a tensor lacks: one of numpy's ndarray members raises
+        `UnsupportedAttributeError` (an AttributeError too) naming what tensors have."""
+        if not name.startswith("_") and hasattr(np.ndarray, name):
+            members = sorted([*(n for n in vars(Tensor) if not n.startswith("_")), *_ATTRIBUTES])
+            raise UnsupportedAttributeError(
+                f"x.{name} (numpy's ndarray.{name}) is not supported on eqsat tensors; tensors "
+                f"have: {', '.join(members)} (and numpy's functions of the README's table)"
+            )
+        raise AttributeError(f"'Tensor' object has no attribute {name!r}")
 
     # -------------------------------------------------------- elementwise arithmetic
 
@@ -746,9 +770,7 @@ def supported_numpy_table() -> str:
         "numpy ufuncs (called directly)": [f"np.{u.__name__}" for u in _NUMPY_UFUNCS],
         "numpy functions": [f"np.{f.__name__}" for f in _NUMPY_FUNCTIONS],
         "tensor methods and attributes": [
-            *(f"x.{n}" for n in vars(Tensor) if not n.startswith("_")),
-            "x.shape",  # (set by __init__)
-            "x.dtype",
+            f"x.{n}" for n in (*vars(Tensor), *_ATTRIBUTES) if not n.startswith("_")
         ],
         "operators": [symbol for name, symbol in _OPERATORS.items() if name in vars(Tensor)],
         "eqsat functions": [f"eqsat.{n}" for n in __all__ if n != "Tensor"],

@@ -37,3 +37,10 @@ def test_a_guard_is_printed_from_its_predicates() -> None:
 
 def test_rules_command_rejects_extra_arguments() -> None:
     assert main(["rules", "--bogus"]) == 2
+
+
+def test_help_exits_0_and_an_unknown_command_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    assert "python -m eqsat demo" in capsys.readouterr().out
+    assert main(["nosuch"]) == 2
+    assert "unknown command 'nosuch'" in capsys.readouterr().err

@@ -680,3 +680,16 @@ def test_var_refuses_a_ddof_without_degrees_of_freedom() -> None:
     assert x.var(axis=1, ddof=3).shape == (3,)
     with pytest.raises(ShapeError, match="var: ddof=4 leaves no degrees of freedom for 4"):
         np.std(x, axis=1, ddof=4)
+
+
+def test_numpy_members_and_indexing_that_tensors_lack_raise_unsupported_error() -> None:
+    with pytest.raises(UnsupportedError, match=r"x.astype \(numpy's ndarray.astype\).*have: T,"):
+        x32.astype(np.float32)
+    with pytest.raises(AttributeError):  # the same error: code probing with hasattr sees False
+        x32.prod()
+    assert not hasattr(x32, "argmax") and hasattr(x32, "shape")
+    with pytest.raises(AttributeError) as other:
+        x32.no_such_member  # noqa: B018 - the attribute access is the test
+    assert not isinstance(other.value, UnsupportedError)
+    with pytest.raises(UnsupportedError, match=r"indexing and slicing a tensor \(x\[\.\.\.\]\)"):
+        x32[:, :2]  # noqa: B018

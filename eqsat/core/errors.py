@@ -28,6 +28,11 @@ class UnsupportedError(EqsatError, TypeError):
     or a numpy array captured as a constant (eqsat takes arrays only as inputs)."""
 
 
+class UnsupportedAttributeError(UnsupportedError, AttributeError):
+    """A numpy ndarray method or attribute that tensors lack: an AttributeError too, so that
+    `hasattr(tensor, name)` stays False for code that probes for it."""
+
+
 class CompileError(EqsatError):
     """The C compiler failed. Carries the command, its stderr and the path of the kept C file."""
 
