@@ -41,7 +41,7 @@ from eqsat.core.loops import (
     unit_stride_axes,
     vectorizable,
 )
-from eqsat.core.terms import LoopProgram, Term, index_items
+from eqsat.core.terms import REDUCE_IDENTITY, LoopProgram, Term, index_items
 
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _SCALAR_UNARY = {
@@ -108,6 +108,7 @@ class _Emitter:
         self.fixed: dict[Term, str] = {}  # axes of unrolled loops -> their value in this copy
         self.uses_math = False  # a vector exp/log/tanh/sigmoid was emitted
         self.uses_sign = False  # a scalar sign was emitted (it calls `isa.sign_helper`'s)
+        self.uses_prod = False  # a horizontal product was emitted (`horizontal_helper("prod")`)
         self.parallel_depth = 0
         self.has_region = False  # an OpenMP parallel region was emitted (THREADS_PREAMBLE)
         # Non-temporal stores emitted since the last fence: fenced once per iteration of the
@@ -550,9 +551,13 @@ class _Emitter:
         return self.scalar_combine(op, acc, self.scalar(value))
 
     def scalar_combine(self, op: str, acc: str, value: str) -> str:
-        """C expression of `acc op value` for an accumulate's op ("sum" or "max"; value first,
-        as `VectorIsa.combine`)."""
-        return f"{acc} + {value}" if op == "sum" else f"eq_max({value}, {acc})"
+        """C expression of `acc op value` for an accumulate's op ("sum", "max" or "prod"; a max
+        takes value first, as `VectorIsa.combine`)."""
+        return {
+            "sum": f"{acc} + {value}",
+            "max": f"eq_max({value}, {acc})",
+            "prod": f"{acc} * {value}",
+        }[op]
 
     # ------------------------------------------------------------ SIMD loops
 
@@ -608,7 +613,7 @@ class _Emitter:
             return 1
         long_enough = axis_extent(loop.axis) >= HORIZONTAL_CHAINS * vector.lanes
         chains = HORIZONTAL_CHAINS if long_enough else 1
-        identity = vector.broadcast(self.literal(0.0 if loop.op == "sum" else -math.inf))
+        identity = vector.broadcast(self.literal(REDUCE_IDENTITY[loop.op]))
         self.line(f"{vector.vtype} acc = {identity};")
         for chain in range(1, chains):
             self.line(f"{vector.vtype} acc{chain} = {identity};")
@@ -636,6 +641,7 @@ class _Emitter:
         assert self.vector is not None
         target = self.element(loop.buffer, loop.target)
         reduced = self.vector.reduce(loop.op, "acc")
+        self.uses_prod |= loop.op == "prod"
         self.line(f"{target} = {self.scalar_combine(loop.op, target, reduced)};")
 
     def full_vectors(self, loop: _SimdLoop) -> None:
@@ -776,6 +782,8 @@ def emit(program: LoopProgram, isa: str, symbol: str = "eqsat_kernel") -> str:
         header += ["", THREADS_PREAMBLE]
     if emitter.vector is not None:
         header += ["#include <immintrin.h>", "", emitter.vector.preamble()]
+        if emitter.uses_prod:
+            header[-1] += "\n" + emitter.vector.horizontal_helper("prod")
         if emitter.uses_math:
             header[-1] += "\n" + vector_math(emitter.vector)
     else:

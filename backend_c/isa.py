@@ -173,12 +173,13 @@ class VectorIsa:
         return f"{self._fn('blendv')}({if_false}, {if_true}, {mask})"
 
     def combine(self, op: str, acc: str, value: str, mask: str | None = None) -> str:
-        """acc op value (op "sum" or "max"), only in the lanes of `mask` when given. A max
-        takes `value` first, so the NaN test of `eq_vmax` is off the chain through `acc`."""
-        if op == "sum":
+        """acc op value (op "sum", "max" or "prod"), only in the lanes of `mask` when given. A
+        max takes `value` first, so the NaN test of `eq_vmax` is off the chain through `acc`."""
+        if op in ("sum", "prod"):
+            stem = "add" if op == "sum" else "mul"
             if mask is None:
-                return f"{self._fn('add')}({acc}, {value})"
-            return f"{self._fn('mask_add')}({acc}, {mask}, {acc}, {value})"
+                return f"{self._fn(stem)}({acc}, {value})"
+            return f"{self._fn('mask_' + stem)}({acc}, {mask}, {acc}, {value})"
         combined = self.binary("max", value, acc)
         return combined if mask is None else f"{self._fn('mask_mov')}({acc}, {mask}, {combined})"
 
@@ -187,26 +188,30 @@ class VectorIsa:
         return f"{self._fn('fmadd')}({a}, {b}, {c})"
 
     def reduce(self, op: str, vector: str) -> str:
-        """Horizontal sum or max of all lanes (helper functions from `preamble`)."""
+        """Horizontal sum, max or prod of all lanes (helper functions from `preamble`, and
+        `horizontal_helper("prod")` in a kernel that reduces a product)."""
         return f"eq_hreduce_{op}({vector})"
 
     def preamble(self) -> str:
         """C helpers, emitted once per kernel (before the vector math functions of
         `backend_c.vmath.vector_math`, when the kernel calls them): `scalar_preamble`'s, the
         vector max and min (`_nan_propagating`), and the horizontal reductions."""
-        ctype = "float" if self.dtype == "float32" else "double"
         lines = [scalar_preamble(self.dtype), self._nan_propagating()]
-        for op, combine in (("sum", "{a} + {b}"), ("max", "eq_max({b}, {a})")):
-            step = combine.format(a="r", b="lanes[i]")
-            lines.append(
-                f"static inline {ctype} eq_hreduce_{op}({self.vtype} v) {{\n"
-                f"    {ctype} lanes[{self.lanes}];\n"
-                f"    {self._fn('storeu')}(lanes, v);\n"
-                f"    {ctype} r = lanes[0];\n"
-                f"    for (int i = 1; i < {self.lanes}; ++i) r = {step};\n"
-                f"    return r;\n}}\n"
-            )
+        lines += [self.horizontal_helper(op) for op in ("sum", "max")]
         return "\n".join(lines)
+
+    def horizontal_helper(self, op: str) -> str:
+        """C helper `eq_hreduce_<op>`: the lanes of a vector combined in lane order."""
+        ctype = "float" if self.dtype == "float32" else "double"
+        combine = {"sum": "r + lanes[i]", "max": "eq_max(lanes[i], r)", "prod": "r * lanes[i]"}
+        return (
+            f"static inline {ctype} eq_hreduce_{op}({self.vtype} v) {{\n"
+            f"    {ctype} lanes[{self.lanes}];\n"
+            f"    {self._fn('storeu')}(lanes, v);\n"
+            f"    {ctype} r = lanes[0];\n"
+            f"    for (int i = 1; i < {self.lanes}; ++i) r = {combine[op]};\n"
+            f"    return r;\n}}\n"
+        )
 
     def _nan_propagating(self) -> str:
         """`eq_vmax` and `eq_vmin`: numpy's maximum and minimum, lane by lane, bit for bit. The

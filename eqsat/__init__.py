@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load lazily (
         mean,
         min,
         minimum,
+        prod,
         relu,
         sigmoid,
         sign,
@@ -90,7 +91,7 @@ _PUBLIC = {
     **dict.fromkeys(
         [
             "Tensor", "abs", "ceil", "clip", "cos", "exp", "expm1", "floor", "gelu", "layernorm",
-            "log", "log1p", "matmul", "max", "maximum", "mean", "min", "minimum", "relu",
+            "log", "log1p", "matmul", "max", "maximum", "mean", "min", "minimum", "prod", "relu",
             "sigmoid", "sign", "sin", "softmax", "sqrt", "std", "sum", "tanh", "tensor",
             "transpose", "var", "where",
         ],

@@ -53,6 +53,7 @@ __all__ = [
     "mean",
     "min",
     "minimum",
+    "prod",
     "relu",
     "sigmoid",
     "sign",
@@ -256,6 +257,10 @@ class Tensor:
     def sum(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
         """Sum over `axis`: None (all axes), an int, or a tuple of ints."""
         return _reduce("sum", self, axis, keepdims)
+
+    def prod(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
+        """Product over `axis`: None (all axes), an int, or a tuple of ints."""
+        return _reduce("prod", self, axis, keepdims)
 
     def max(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
         """Maximum over `axis`: None (all axes), an int, or a tuple of ints."""
@@ -551,6 +556,11 @@ def sum(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
     return _require(x, "sum").sum(axis, keepdims)
 
 
+def prod(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """Product over `axis`: None (all axes), an int, or a tuple of ints."""
+    return _require(x, "prod").prod(axis, keepdims)
+
+
 def max(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
     """Maximum over `axis`: None (all axes), an int, or a tuple of ints."""
     return _require(x, "max").max(axis, keepdims)
@@ -730,6 +740,7 @@ _MOMENT_KEYWORDS = _REDUCTION_KEYWORDS | {"ddof"}
 # numpy function (dispatched through __array_function__) -> its frontend function.
 _NUMPY_FUNCTIONS: dict[Callable[..., Any], _NumpyFunction] = {
     np.sum: _NumpyFunction(sum, 2, _REDUCTION_KEYWORDS),
+    np.prod: _NumpyFunction(prod, 2, _REDUCTION_KEYWORDS),
     np.max: _NumpyFunction(max, 2, _REDUCTION_KEYWORDS),
     np.amax: _NumpyFunction(max, 2, _REDUCTION_KEYWORDS),
     np.min: _NumpyFunction(min, 2, _REDUCTION_KEYWORDS),

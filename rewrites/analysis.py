@@ -53,7 +53,16 @@ from egglog import (
 )
 from egglog.egraph import FactLike, RewriteOrRule
 
-from eqsat.core.terms import Axis, Footprint, Index, IndexList, LoopKind, Scalar, Stmt
+from eqsat.core.terms import (
+    REDUCE_OPS,
+    Axis,
+    Footprint,
+    Index,
+    IndexList,
+    LoopKind,
+    Scalar,
+    Stmt,
+)
 
 EMPTY = Set[String].empty()
 EMPTY_DIMS = Set[i64].empty()
@@ -258,7 +267,7 @@ def _write_rules(
 def _value_footprint_rules(
     stmt: Stmt, buffer: String, ix: IndexList, value: Scalar, read: String, fp: Footprint
 ) -> Iterable[RewriteOrRule]:
-    for op in ("sum", "max"):
+    for op in REDUCE_OPS:
         # footprint(buffer[ix] op= value, read) joins scalar_footprint(value, read)
         yield rule(
             eq(stmt).to(Stmt.accumulate(buffer, ix, op, value)),

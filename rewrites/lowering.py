@@ -31,14 +31,13 @@ from collections.abc import Sequence
 
 from eqsat.core import shapes
 from eqsat.core.errors import DTypeError, ShapeError
-from eqsat.core.terms import LoopProgram, Term, index_list
+from eqsat.core.terms import REDUCE_IDENTITY, LoopProgram, Term, index_list
 
 EXPENSIVE_UNARY = frozenset(
     {"exp", "log", "tanh", "sigmoid", "sqrt", "log1p", "expm1", "sin", "cos"}
 )
 CONTRACTION = "k"  # the name of a matmul's contraction axis (a depth tile splits only it)
 PACK_MIN_ROWS = 8  # rows of the left operand that reuse each copied element of the right one
-REDUCE_INIT = {"sum": 0.0, "max": float("-inf")}
 
 
 def axis(name: str, extent: int) -> Term:
@@ -184,7 +183,7 @@ class _Lowering:
             # the operands' nests (buffers they need) come before the init, so that the init
             # and the accumulation are neighbours and can fuse with each other
             reduction_axis, value = self.reduction(t, out_idx)
-            init = Term("Scalar.const", (REDUCE_INIT[op],))
+            init = Term("Scalar.const", (REDUCE_IDENTITY[op],))
             self.statements.append(nest(out_axes, Term("Stmt.store", (buffer, target, init))))
             accumulate = Term("Stmt.accumulate", (buffer, target, op, value))
             self.statements.append(nest([*out_axes, reduction_axis], accumulate))

@@ -64,6 +64,7 @@ NUMPY_PROGRAMS: list[tuple[str, Callable[..., Any], list[tuple[int, ...]]]] = [
         ),
         [X],
     ),
+    ("products", lambda x: np.prod(np.tanh(x), axis=0) + x.prod(axis=1).sum(), [X]),
     (
         "keepdims",
         lambda x: x - np.mean(x, axis=1, keepdims=True) * np.sum(x, 1, keepdims=True),

@@ -472,3 +472,23 @@ def test_math_functions_match_numpy_on_special_values(isa: str, name: str) -> No
     assert np.array_equal(np.signbit(got[zeros]), np.signbit(want[zeros])), "sign of zero"
     if name in ("sign", "floor", "ceil"):
         assert np.array_equal(got, want, equal_nan=True)  # exact
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("axis", [0, 1, None])
+def test_products_match_numpy_with_special_values(isa: str, axis: int | None) -> None:
+    """A product reduction (vector lanes and chains reassociate it, as sums are): NaN where a
+    NaN, or inf times 0, is in the row; ±inf, ±0 and their signs as numpy's."""
+    rng = np.random.default_rng(4)
+    data = rng.uniform(0.5, 1.5, (9, 37)).astype(np.float32)
+    data[1, 3], data[2, 5], data[3, 7], data[3, 9] = np.nan, -0.0, np.inf, -2.0
+    data[4, 1], data[4, 30], data[5, 2], data[6, 36] = np.inf, 0.0, -np.inf, TINY
+    x = eqsat.tensor("x", data.shape)
+    kernel = eqsat.compile(x.prod(axis=axis), isa=isa, progress=False, limits=LIMITS)
+    with np.errstate(all="ignore"):
+        want = np.prod(data, axis=axis)
+        reference = np.prod(data.astype(np.float64), axis=axis)
+    got = np.asarray(kernel(data))
+    assert_specials_agree(got, want, reference)
+    numbers = ~np.isnan(want)
+    assert np.array_equal(np.signbit(got[numbers]), np.signbit(want[numbers])), "signs"

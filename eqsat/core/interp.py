@@ -48,8 +48,12 @@ BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "ne": np.not_equal,
 }
 
-REDUCE_IDENTITY = {"sum": 0.0, "max": -np.inf}
-REDUCE_COMBINE: dict[str, Callable[[Any, Any], Any]] = {"sum": np.add, "max": np.maximum}
+REDUCE_COMBINE: dict[str, Callable[[Any, Any], Any]] = {
+    "sum": np.add,
+    "max": np.maximum,
+    "prod": np.multiply,
+}
+REDUCE: dict[str, Callable[..., Any]] = {"sum": np.sum, "max": np.max, "prod": np.prod}
 
 
 def _binary(op: str, a: Any, b: Any, dtype: np.dtype) -> Any:
@@ -92,7 +96,7 @@ def _eval_node(
             return np.where(ev(a[0]) != 0, ev(a[1]), ev(a[2]))
         case "TExpr.reduce":
             axis = int(a[1])  # type: ignore[arg-type]
-            return np.sum(ev(a[2]), axis=axis) if a[0] == "sum" else np.max(ev(a[2]), axis=axis)
+            return REDUCE[str(a[0])](ev(a[2]), axis=axis)
         case "TExpr.matmul":
             return np.matmul(ev(a[0]), ev(a[1]))
         case "TExpr.transpose":

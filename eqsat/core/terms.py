@@ -56,7 +56,8 @@ UNARY_OPS = (
 ARITH_OPS = ("add", "sub", "mul", "div", "max", "min")
 COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")  # 1.0 where true, 0.0 where false
 BINARY_OPS = ARITH_OPS + COMPARE_OPS
-REDUCE_OPS = ("sum", "max")
+REDUCE_OPS = ("sum", "max", "prod")
+REDUCE_IDENTITY = {"sum": 0.0, "max": float("-inf"), "prod": 1.0}  # a reduction's start value
 DTYPES = ("float32", "float64")
 
 # ---------------------------------------------------------------- stage 1: tensor terms
