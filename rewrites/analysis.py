@@ -2,7 +2,7 @@
 
 Facts (all conservative: a merge of two e-classes only ever widens them):
 - `writes(s)`, `reads(s)`: buffers a statement stores/accumulates into, and loads from;
-  `stores(s)`, `sums(s)`, `maxes(s)`: the buffers written by each kind of write.
+  `stores(s)`, `sums(s)`, `maxes(s)`, `prods(s)`: the buffers written by each kind of write.
 - `footprint(s, b)`: the one index list through which `s` touches buffer `b` (reads and writes),
   or a `Footprint.join` of several when it touches `b` in more than one way.
 - `base_of(a, c)`: `c` is the named axis that axis `a` (a split of a split, maybe) walks.
@@ -82,6 +82,10 @@ def sums(s: Stmt) -> Set[String]: ...
 
 @function(merge=lambda old, new: old | new)
 def maxes(s: Stmt) -> Set[String]: ...
+
+
+@function(merge=lambda old, new: old | new)
+def prods(s: Stmt) -> Set[String]: ...
 
 
 @function(merge=lambda old, new: old | new)
@@ -224,11 +228,19 @@ def _scalar_footprint_rules(
 
 # ---------------------------------------------------------------- facts about statements
 
-BUFFER_SETS = {"writes": writes, "stores": stores, "sums": sums, "maxes": maxes, "reads": reads}
+BUFFER_SETS = {
+    "writes": writes,
+    "stores": stores,
+    "sums": sums,
+    "maxes": maxes,
+    "prods": prods,
+    "reads": reads,
+}
+ACCUMULATED = {"sum": sums, "max": maxes, "prod": prods}  # each REDUCE_OPS op's buffer set
 
 
 def _buffer_sets(prefix: str) -> dict[str, Set[String]]:
-    """A variable for each of the five buffer sets of one statement, named `prefix_<set>`."""
+    """A variable for each of the buffer sets of one statement, named `prefix_<set>`."""
     return {name: var(f"{prefix}_{name}", Set[String]) for name in BUFFER_SETS}
 
 
@@ -243,13 +255,12 @@ def _write_rules(
     ).then(
         set_(writes(stmt)).to(Set(buffer)),
         set_(stores(stmt)).to(Set(buffer)),
-        set_(sums(stmt)).to(EMPTY),
-        set_(maxes(stmt)).to(EMPTY),
+        *(set_(kind(stmt)).to(EMPTY) for kind in ACCUMULATED.values()),
         set_(reads(stmt)).to(loaded),
         set_(footprint(stmt, buffer)).to(Footprint.at(ix)),
     )
-    for op, kind, other in (("sum", sums, maxes), ("max", maxes, sums)):
-        # buffer[ix] op= value: writes = sums (maxes) = {buffer}, reads = loads(value), at(ix)
+    for op, kind in ACCUMULATED.items():
+        # buffer[ix] op= value: writes = the op's set = {buffer}, reads = loads(value), at(ix)
         yield rule(
             eq(stmt).to(Stmt.accumulate(buffer, ix, op, value)),
             eq(loaded).to(loads(value)),
@@ -257,8 +268,8 @@ def _write_rules(
         ).then(
             set_(writes(stmt)).to(Set(buffer)),
             set_(stores(stmt)).to(EMPTY),
+            *(set_(other(stmt)).to(EMPTY) for other in ACCUMULATED.values() if other is not kind),
             set_(kind(stmt)).to(Set(buffer)),
-            set_(other(stmt)).to(EMPTY),
             set_(reads(stmt)).to(loaded),
             set_(footprint(stmt, buffer)).to(Footprint.at(ix)),
         )
@@ -297,7 +308,7 @@ def _nest_rules(
         ("loop", Stmt.loop(axis, kind, body)),
         ("alloc", Stmt.alloc(buffer, shape, body)),
     ):
-        # each buffer set of the nest (writes, stores, sums, maxes, reads) is its body's
+        # each buffer set of the nest (BUFFER_SETS) is its body's
         yield rule(
             eq(stmt).to(nest),
             *(eq(inner[name]).to(fact(body)) for name, fact in BUFFER_SETS.items()),
@@ -590,6 +601,7 @@ def reorderable(body: Stmt, c: Axis) -> list[FactLike]:
     They may run in any order (not in parallel): every buffer `body` writes is partitioned by
     `c`, or only accumulated with one op and never loaded or stored (reassociating float sums
     is allowed, ARCHITECTURE §4)."""
-    commutative = ((sums(body) - maxes(body)) | (maxes(body) - sums(body))) - stores(body)
+    s, m, p = sums(body), maxes(body), prods(body)
+    commutative = ((s - m - p) | (m - s - p) | (p - s - m)) - stores(body)
     only_accumulated = commutative - reads(body)
     return [eq((writes(body) & mixed(body, c)) - only_accumulated).to(EMPTY)]

@@ -121,7 +121,7 @@ def format_loops(t: Term, depth: int = 0) -> str:
         case "Stmt.store":
             return f"{pad}{_element(a[0], a[1])} = {format_scalar(a[2])}"  # type: ignore
         case "Stmt.accumulate":
-            op = "+=" if a[2] == "sum" else "max="
+            op = {"sum": "+=", "max": "max=", "prod": "*="}[str(a[2])]
             return f"{pad}{_element(a[0], a[1])} {op} {format_scalar(a[3])}"  # type: ignore
         case "Stmt.alloc":
             head = f"{pad}alloc {a[0]}{list(a[1])}:"  # type: ignore[arg-type]
