@@ -179,21 +179,31 @@ class Tensor:
         return _unary("abs", self)
 
     def __pow__(self, exponent: object) -> Tensor:
-        """x ** n for an integral n (2 or 2.0): n = 0 gives ones, n < 0 gives 1 / x ** -n."""
-        integral = isinstance(exponent, int | np.integer) or (
-            isinstance(exponent, float | np.floating) and float(exponent).is_integer()
-        )
-        if not integral:
+        """x ** p for a constant p. An integral p (2 or 2.0) multiplies: p = 0 gives ones,
+        p < 0 gives 1 / x ** -p. p = 0.5 is sqrt(x), as numpy computes it; any other finite p
+        is exp(p * log(x)), with numpy's pow values at -inf (inf for p > 0, 0 for p < 0)."""
+        if isinstance(exponent, float | np.floating) and not float(exponent).is_integer():
+            return self._fractional_power(float(exponent))
+        if not isinstance(exponent, int | np.integer | float | np.floating):
             raise UnsupportedError(
-                f"pow: eqsat takes integral exponents (x ** 3, x ** 2.0), got {exponent!r}; for "
-                "x ** 0.5 write np.sqrt(x) (numpy's pow differs from it at -0.0 and -inf)"
+                f"pow: eqsat takes a constant exponent (x ** 3, x ** 0.5), got {exponent!r} (in an "
+                "@eqsat.jit function, name a float exponent argument in static_argnames)"
             )
-        n = int(exponent)  # type: ignore[call-overload]
+        n = int(exponent)
         if n == 0:
             return _full(1.0, self.shape, self.dtype)
         if n < 0:
             return _binary("div", 1.0, self ** (-n))
         return _power(self, n)
+
+    def _fractional_power(self, p: float) -> Tensor:
+        """x ** p for a finite non-integral p (`__pow__`)."""
+        if not math.isfinite(p):
+            raise UnsupportedError(f"pow: eqsat takes a finite exponent, got {p!r}")
+        if p == 0.5:
+            return sqrt(self)
+        # log(-inf) is NaN; numpy's pow(-inf, p) is inf for p > 0 and 0 for p < 0
+        return where(self == -math.inf, math.inf if p > 0 else 0.0, exp(p * log(self)))
 
     # -------------------------------------------------------- comparisons: 1.0 / 0.0 tensors
 
@@ -668,8 +678,8 @@ def layernorm(
 # ------------------------------------------------------------ numpy protocols: functions on tensors
 
 
-def _power_of(base: Tensor, exponent: int) -> Tensor:
-    """numpy.power(base, exponent) for a Tensor base and an int exponent (`Tensor.__pow__`)."""
+def _power_of(base: Tensor, exponent: float) -> Tensor:
+    """numpy.power(base, exponent) for a Tensor base and a constant exponent (`Tensor.__pow__`)."""
     return _require(base, "pow") ** exponent
 
 

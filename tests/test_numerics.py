@@ -492,3 +492,19 @@ def test_products_match_numpy_with_special_values(isa: str, axis: int | None) ->
     assert_specials_agree(got, want, reference)
     numbers = ~np.isnan(want)
     assert np.array_equal(np.signbit(got[numbers]), np.signbit(want[numbers])), "signs"
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("exponent", [0.5, 1.5, -0.5, 2.5, -1.3, 0.1])
+def test_fractional_powers_match_numpy_on_special_values(isa: str, exponent: float) -> None:
+    """x ** p for a non-integral p: sqrt for 0.5 (numpy's own fast path: -0.0 and NaN at -inf
+    too), exp(p * log(x)) otherwise, with pow's values at -inf; NaN below 0."""
+    rng = np.random.default_rng(5)
+    values = np.concatenate([SPECIALS, [1.0, -1.0, 0.25, 100.0, 1e20]])
+    data = np.concatenate([values, rng.uniform(-4, 4, 38)]).astype(np.float32).reshape(4, 13)
+    x = eqsat.tensor("x", data.shape)
+    kernel = eqsat.compile(x**exponent, isa=isa, progress=False, limits=LIMITS)
+    with np.errstate(all="ignore"):
+        want = np.power(data, np.float32(exponent))
+        reference = np.power(data.astype(np.float64), exponent)
+    assert_specials_agree(kernel(data), want, reference)
