@@ -272,6 +272,15 @@ class Tensor:
         """Product over `axis`: None (all axes), an int, or a tuple of ints."""
         return _reduce("prod", self, axis, keepdims)
 
+    def any(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
+        """1.0 where some element over `axis` is nonzero (NaN counts), else 0.0: numpy's any
+        as a tensor of this dtype, as comparisons give."""
+        return (self != 0).max(axis, keepdims)
+
+    def all(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
+        """1.0 where every element over `axis` is nonzero (NaN counts), else 0.0 (as `any`)."""
+        return (self != 0).min(axis, keepdims)
+
     def max(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
         """Maximum over `axis`: None (all axes), an int, or a tuple of ints."""
         return _reduce("max", self, axis, keepdims)
@@ -751,6 +760,8 @@ _MOMENT_KEYWORDS = _REDUCTION_KEYWORDS | {"ddof"}
 _NUMPY_FUNCTIONS: dict[Callable[..., Any], _NumpyFunction] = {
     np.sum: _NumpyFunction(sum, 2, _REDUCTION_KEYWORDS),
     np.prod: _NumpyFunction(prod, 2, _REDUCTION_KEYWORDS),
+    np.any: _NumpyFunction(Tensor.any, 2, _REDUCTION_KEYWORDS),
+    np.all: _NumpyFunction(Tensor.all, 2, _REDUCTION_KEYWORDS),
     np.max: _NumpyFunction(max, 2, _REDUCTION_KEYWORDS),
     np.amax: _NumpyFunction(max, 2, _REDUCTION_KEYWORDS),
     np.min: _NumpyFunction(min, 2, _REDUCTION_KEYWORDS),

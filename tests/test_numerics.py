@@ -508,3 +508,21 @@ def test_fractional_powers_match_numpy_on_special_values(isa: str, exponent: flo
         want = np.power(data, np.float32(exponent))
         reference = np.power(data.astype(np.float64), exponent)
     assert_specials_agree(kernel(data), want, reference)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_any_and_all_follow_numpy_with_special_values(isa: str) -> None:
+    """any/all as 1.0/0.0 (comparisons' convention): NaN and ±inf are nonzero, ±0 are zero."""
+    data = np.zeros((6, 19), np.float32)
+    data[0, 4], data[1, :], data[2, 7], data[3, :], data[3, 2] = np.nan, 1.0, -0.0, -np.inf, 0.0
+    data[4, :], data[5, 18] = np.nan, TINY
+    x = eqsat.tensor("x", data.shape)
+    programs = {
+        "any-rows": (np.any(x, axis=1), np.any(data, axis=1)),
+        "all-rows": (np.all(x, axis=1), np.all(data, axis=1)),
+        "any-columns": (x.any(axis=0), data.any(axis=0)),
+        "all-columns": (x.all(axis=0, keepdims=True), data.all(axis=0, keepdims=True)),
+    }
+    for name, (expr, want) in programs.items():
+        kernel = eqsat.compile(expr, isa=isa, progress=False, limits=LIMITS)
+        np.testing.assert_array_equal(kernel(data), want.astype(np.float32), err_msg=name)
