@@ -272,6 +272,20 @@ class Tensor:
         """Product over `axis`: None (all axes), an int, or a tuple of ints."""
         return _reduce("prod", self, axis, keepdims)
 
+    def astype(self, dtype: Any) -> Tensor:
+        """`self` for its own dtype; a program computes in one dtype, so any other raises
+        DTypeError (cast the arrays passed in instead)."""
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = repr(dtype)
+        if name != self.dtype:
+            raise DTypeError(
+                f"x.astype({name}): an eqsat program computes in one dtype, here {self.dtype}; "
+                "cast the arrays you pass in instead"
+            )
+        return self
+
     def any(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
         """1.0 where some element over `axis` is nonzero (NaN counts), else 0.0: numpy's any
         as a tensor of this dtype, as comparisons give."""

@@ -692,8 +692,8 @@ def test_var_refuses_a_ddof_without_degrees_of_freedom() -> None:
 
 
 def test_numpy_members_and_indexing_that_tensors_lack_raise_unsupported_error() -> None:
-    with pytest.raises(UnsupportedError, match=r"x.astype \(numpy's ndarray.astype\).*have: T,"):
-        x32.astype(np.float32)
+    with pytest.raises(UnsupportedError, match=r"x.cumprod \(numpy's ndarray.cumprod\).*have: T,"):
+        x32.cumprod()
     with pytest.raises(AttributeError):  # the same error: code probing with hasattr sees False
         x32.cumsum()
     assert not hasattr(x32, "argmax") and hasattr(x32, "shape")
@@ -702,3 +702,9 @@ def test_numpy_members_and_indexing_that_tensors_lack_raise_unsupported_error() 
     assert not isinstance(other.value, UnsupportedError)
     with pytest.raises(UnsupportedError, match=r"indexing and slicing a tensor \(x\[\.\.\.\]\)"):
         x32[:, :2]  # noqa: B018
+
+
+def test_astype_keeps_the_programs_dtype_and_refuses_another() -> None:
+    assert x32.astype(np.float32) is x32 and x32.astype("float32") is x32
+    with pytest.raises(DTypeError, match=r"x.astype\(float64\): .* here float32; cast the arrays"):
+        x32.astype(np.float64)
