@@ -60,6 +60,8 @@ _SCALAR_UNARY = {
     "sign": "eq_sign({x})",
     "floor": "floor{f}({x})",
     "ceil": "ceil{f}({x})",
+    "rint": "rint{f}({x})",  # to nearest, ties to even (the default rounding mode), as numpy
+    "trunc": "trunc{f}({x})",
 }
 _SCALAR_BINARY = {
     "add": "({a} + {b})",

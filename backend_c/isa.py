@@ -137,11 +137,12 @@ class VectorIsa:
                 return f"{self._fn('sqrt')}({x})"
             case "relu":
                 return self.binary("max", x, zero)
-            case "floor" | "ceil":
-                if self.name == "avx512":  # round toward -inf (1) or +inf (2), no exceptions (8)
-                    mode = "0x09" if op == "floor" else "0x0A"
+            case "floor" | "ceil" | "rint" | "trunc":
+                # to nearest even (0), toward -inf (1), +inf (2) or zero (3); no exceptions (8)
+                mode = {"rint": "0x08", "floor": "0x09", "ceil": "0x0A", "trunc": "0x0B"}[op]
+                if self.name == "avx512":
                     return f"{self._fn('roundscale')}({x}, {mode})"
-                return f"{self._fn(op)}({x})"
+                return f"{self._fn('round')}({x}, {mode})"
             case "sign":  # numpy's: +0 for either zero, NaN for NaN
                 one, minus_one = self.broadcast("1"), self.broadcast("-1")
                 kept = self.select(self.compare("eq", x, x), zero, x)

@@ -56,6 +56,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load lazily (
         minimum,
         prod,
         relu,
+        rint,
         sigmoid,
         sign,
         sin,
@@ -66,6 +67,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load lazily (
         tanh,
         tensor,
         transpose,
+        trunc,
         var,
         where,
     )
@@ -92,8 +94,8 @@ _PUBLIC = {
         [
             "Tensor", "abs", "ceil", "clip", "cos", "exp", "expm1", "floor", "gelu", "layernorm",
             "log", "log1p", "matmul", "max", "maximum", "mean", "min", "minimum", "prod", "relu",
-            "sigmoid", "sign", "sin", "softmax", "sqrt", "std", "sum", "tanh", "tensor",
-            "transpose", "var", "where",
+            "rint", "sigmoid", "sign", "sin", "softmax", "sqrt", "std", "sum", "tanh", "tensor",
+            "transpose", "trunc", "var", "where",
         ],
         "eqsat.frontend",
     ),

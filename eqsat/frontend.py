@@ -55,6 +55,7 @@ __all__ = [
     "minimum",
     "prod",
     "relu",
+    "rint",
     "sigmoid",
     "sign",
     "sin",
@@ -65,6 +66,7 @@ __all__ = [
     "tanh",
     "tensor",
     "transpose",
+    "trunc",
     "var",
     "where",
 ]
@@ -559,6 +561,16 @@ def floor(x: Tensor) -> Tensor:
     return _unary("floor", x)
 
 
+def rint(x: Tensor) -> Tensor:
+    """Elementwise round to the nearest integer, ties to even (as a float), as numpy.rint."""
+    return _unary("rint", x)
+
+
+def trunc(x: Tensor) -> Tensor:
+    """Elementwise round toward zero (as a float)."""
+    return _unary("trunc", x)
+
+
 def ceil(x: Tensor) -> Tensor:
     """Elementwise smallest integer >= x (as a float)."""
     return _unary("ceil", x)
@@ -738,6 +750,8 @@ _NUMPY_UFUNCS: dict[np.ufunc, Callable[..., Tensor]] = {
     np.sign: sign,
     np.floor: floor,
     np.ceil: ceil,
+    np.rint: rint,
+    np.trunc: trunc,
     np.absolute: abs,  # also numpy.abs
     np.negative: partial(_unary, "neg"),
     np.add: partial(_binary, "add"),

@@ -496,7 +496,7 @@ def test_matmul_of_vectors_reshapes() -> None:
     assert (v @ tensor("w", (3,))).shape == ()
 
 
-MATH_OPS = ("log1p", "expm1", "sin", "cos", "sign", "floor", "ceil")
+MATH_OPS = ("log1p", "expm1", "sin", "cos", "sign", "floor", "ceil", "rint", "trunc")
 
 
 def test_unary_and_comparison_op_names() -> None:

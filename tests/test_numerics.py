@@ -452,7 +452,7 @@ def test_contraction_blocked_mlp_layer_keeps_special_values(isa: str) -> None:
 # Math functions of numpy's, through the C at every ISA (floor, ceil and sign as vector code,
 # the others as libm's scalar functions), on inputs that are the special values and numbers on
 # both sides of the integers: numpy's values, the sign of a zero included.
-MATH = ("log1p", "expm1", "sin", "cos", "sign", "floor", "ceil")
+MATH = ("log1p", "expm1", "sin", "cos", "sign", "floor", "ceil", "rint", "trunc")
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -470,7 +470,7 @@ def test_math_functions_match_numpy_on_special_values(isa: str, name: str) -> No
     assert_specials_agree(got, want, reference)
     zeros = want == 0
     assert np.array_equal(np.signbit(got[zeros]), np.signbit(want[zeros])), "sign of zero"
-    if name in ("sign", "floor", "ceil"):
+    if name in ("sign", "floor", "ceil", "rint", "trunc"):
         assert np.array_equal(got, want, equal_nan=True)  # exact
 
 

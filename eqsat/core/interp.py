@@ -31,6 +31,8 @@ UNARY: dict[str, Callable[[Any], Any]] = {
     "sign": np.sign,
     "floor": np.floor,
     "ceil": np.ceil,
+    "rint": np.rint,
+    "trunc": np.trunc,
 }
 
 BINARY: dict[str, Callable[[Any, Any], Any]] = {

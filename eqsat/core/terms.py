@@ -52,6 +52,8 @@ UNARY_OPS = (
     "sign",
     "floor",
     "ceil",
+    "rint",
+    "trunc",
 )
 ARITH_OPS = ("add", "sub", "mul", "div", "max", "min")
 COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")  # 1.0 where true, 0.0 where false
