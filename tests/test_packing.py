@@ -146,7 +146,7 @@ def _replace_value(term: Term, value: Term) -> Term:
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2"])
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(
     row_tiles=st.integers(1, 3),
     edge_rows=st.sampled_from([0, 3]),
