@@ -141,10 +141,9 @@ class Tensor:
         """Called only for a name a tensor lacks: one of numpy's ndarray members raises
         `UnsupportedAttributeError` (an AttributeError too) naming what tensors have."""
         if not name.startswith("_") and hasattr(np.ndarray, name):
-            members = sorted([*(n for n in vars(Tensor) if not n.startswith("_")), *_ATTRIBUTES])
             raise UnsupportedAttributeError(
                 f"x.{name} (numpy's ndarray.{name}) is not supported on eqsat tensors; tensors "
-                f"have: {', '.join(members)} (and numpy's functions of the README's table)"
+                f"have: {', '.join(_tensor_members())} (and the numpy functions of the README)"
             )
         raise AttributeError(f"'Tensor' object has no attribute {name!r}")
 
@@ -823,15 +822,18 @@ _OPERATORS = {
 }
 
 
+def _tensor_members() -> list[str]:
+    """The public methods, properties and attributes of a Tensor, sorted."""
+    return sorted(n for n in (*vars(Tensor), *_ATTRIBUTES) if not n.startswith("_"))
+
+
 def supported_numpy_table() -> str:
     """The README's table of the numpy API on tensors, made from the dispatch tables and
     `Tensor`'s members (tests/test_readme.py keeps the README's copy equal to it)."""
     rows = {
         "numpy ufuncs (called directly)": [f"np.{u.__name__}" for u in _NUMPY_UFUNCS],
         "numpy functions": [f"np.{f.__name__}" for f in _NUMPY_FUNCTIONS],
-        "tensor methods and attributes": [
-            f"x.{n}" for n in (*vars(Tensor), *_ATTRIBUTES) if not n.startswith("_")
-        ],
+        "tensor methods and attributes": [f"x.{n}" for n in _tensor_members()],
         "operators": [symbol for name, symbol in _OPERATORS.items() if name in vars(Tensor)],
         "eqsat functions": [f"eqsat.{n}" for n in __all__ if n != "Tensor"],
     }

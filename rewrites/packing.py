@@ -100,7 +100,7 @@ class _Packer:
         if not panel:
             return None
         extents = [axis_extent(a) for a in panel]
-        rows = self._conflicting_rows(body, operand, panel[-1])
+        rows = self._conflicting_rows(body, operand, panel[-1])  # their unroll kind, or None
         limit = ROWS_PANEL_BYTES if rows else PANEL_BYTES
         if math.prod(extents) * self.item_bytes > limit:
             return None
@@ -119,24 +119,27 @@ class _Packer:
         for position, panel_axis in reversed(list(enumerate(panel))):
             copy_kind = Term("LoopKind.serial", ())
             if position == len(panel) - 1:
-                copy_kind = _loop_kind(body, panel_axis) if rows else Term("LoopKind.vector", ())
+                copy_kind = rows or Term("LoopKind.vector", ())
             copy = Term("Stmt.loop", (panel_axis, copy_kind, copy))
         reads = _replaced(body, operand, Term("Scalar.load", (name, packed_index)))
         packed = Term("Stmt.alloc", (name, tuple(extents), seq([copy, reads])))
         return Term("Stmt.loop", (axis, kind, packed))
 
-    def _conflicting_rows(self, body: Term, operand: Term, axis: Term) -> bool:
-        """True when `operand` loads one element per row of an unrolled loop over `axis` (a
-        register tile's rows) from rows a multiple of L1_SET_SPAN bytes apart (module doc)."""
-        if operand.op != "Scalar.load" or _loop_kind(body, axis).op != "LoopKind.unroll":
-            return False
+    def _conflicting_rows(self, body: Term, operand: Term, axis: Term) -> Term | None:
+        """The kind of an unrolled loop over `axis` in `body` (a register tile's rows) when
+        `operand` loads one element per row from rows a multiple of L1_SET_SPAN bytes apart
+        (module doc), else None."""
+        unroll = _loop_kind(body, axis, "LoopKind.unroll")
+        if operand.op != "Scalar.load" or unroll is None:
+            return None
         items = index_items(operand.args[1])  # type: ignore[arg-type]
         moving = [p for p, item in enumerate(items) if moves_with(item, axis)]
         if len(moving) != 1 or items[moving[0]].op != "Index.axis":
-            return False
+            return None
         shape = self.shapes[str(operand.args[0])]
         row_bytes = math.prod(shape[moving[0] + 1 :]) * self.item_bytes
-        return moving[0] < len(items) - 1 and row_bytes % L1_SET_SPAN == 0
+        apart = moving[0] < len(items) - 1 and row_bytes % L1_SET_SPAN == 0
+        return unroll if apart else None
 
     def _fresh_name(self) -> str:
         while f"pk{self.count}" in self.shapes:
@@ -230,24 +233,16 @@ def _panel_axes(body: Term, operand: Term, index: Term) -> list[Term]:
     return list(axes) if len(set(axes)) == len(axes) else []
 
 
-def _loop_kind(body: Term, axis: Term) -> Term:
-    """The kind of the loop over `axis` inside `body` (`_panel_axes` found one)."""
-    return next(
-        s.args[1]  # type: ignore[misc]
-        for s in _statements(body)
-        if s.op == "Stmt.loop" and s.args[0] == axis
-    )
+def _loop_kind(body: Term, axis: Term, kind_op: str) -> Term | None:
+    """The kind (of op `kind_op`) of a loop over `axis` inside `body`, or None if none has it."""
+    kinds = (s.args[1] for s in _statements(body) if s.op == "Stmt.loop" and s.args[0] == axis)
+    return next((k for k in kinds if isinstance(k, Term) and k.op == kind_op), None)
 
 
 def _vector_contiguous(body: Term, axis: Term, index: Term) -> bool:
     """True when `body` holds a vector loop over `axis` along which `index` is contiguous."""
-    return (
-        any(
-            s.op == "Stmt.loop" and s.args[0] == axis and s.args[1].op == "LoopKind.vector"  # type: ignore[union-attr]
-            for s in _statements(body)
-        )
-        and access_kind(index, axis) == "contiguous"
-    )
+    vector = _loop_kind(body, axis, "LoopKind.vector")
+    return vector is not None and access_kind(index, axis) == "contiguous"
 
 
 def _reused(s: Term, operand: Term, index: Term) -> bool:
