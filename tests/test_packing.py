@@ -16,8 +16,9 @@ from eqsat.core.loops import top_statements
 from eqsat.core.terms import LoopProgram, Term
 from eqsat.rewrites.packing import L1_SET_SPAN, pack_panels
 from tests.machines import PINNED
-from tests.programs import agrees_with_interpreter, assert_close, assert_variant_agrees
+from tests.programs import agrees_with_interpreter, assert_close, assert_variant_agrees, compiled
 from tests.test_loops import at, inner, named, nest, outer
+from tests.test_numerics import assert_specials_agree, with_specials
 
 
 def load(buffer: str, index: Term) -> Term:
@@ -184,3 +185,21 @@ def _with_rows_apart(program: LoopProgram, row_bytes: int, dtype: str) -> LoopPr
     (name, (m, _)), right = program.inputs
     wide = (name, (m, row_bytes // np.dtype(dtype).itemsize))
     return LoopProgram(program.body, (wide, right), program.outputs, dtype)
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "scalar"])
+def test_packed_rows_keep_nan_inf_and_signed_zeros_as_numpy(isa: str) -> None:
+    """The rows panel and its gathered copy carry special values through: NaN and ±inf where
+    numpy's product has them, finite values within tolerance of float64."""
+    program = _with_rows_apart(tiled_matmul(16, 32, 32, ti=8, tk=16, tj=16), L1_SET_SPAN, "float32")
+    packed = pack_panels(program)
+    assert any(alloc.args[1] == (2, 16, 8) for alloc in packed_allocs(packed.body))
+    rng = np.random.default_rng(6)
+    x = with_specials(rng, (16, 1024), 0.05)
+    w = with_specials(rng, (32, 32), 0.05)
+    x[3, 5], x[4, :32], w[7, 2] = -0.0, 0.0, np.inf  # a row of zeros meets an inf: NaN
+    got = compiled(packed, isa)(x=x, w=w)
+    with np.errstate(all="ignore"):
+        want = x[:, :32] @ w
+        reference = x[:, :32].astype(np.float64) @ w.astype(np.float64)
+    assert_specials_agree(got, want, reference)
