@@ -70,6 +70,25 @@ static int eq_keep_off(int cpu) {
         return here;
     return sched_getcpu();
 }
+
+/* A parallel region's team: each thread joins it (moving off the starting thread's CPU, see
+   eq_keep_off) and the starting thread, its own share done, yields until every thread has
+   joined. A worker woken on the starting thread's CPU then runs at once and moves away; had the
+   starting thread spun in the closing barrier instead, the worker would wait out the spin, the
+   starting thread would sleep, and the worker's wake-up would pull it onto the worker's new
+   CPU: the same clash at the next region, ~0.4 ms a call instead of ~0.02 ms. */
+typedef struct { int cpu; int joined; } eq_team;
+
+static void eq_join(eq_team *team) {
+    eq_keep_off(team->cpu);
+    __atomic_fetch_add(&team->joined, 1, __ATOMIC_RELEASE);
+}
+
+static void eq_wait_for_team(eq_team *team) {
+    if (omp_get_thread_num() != 0) return;
+    while (__atomic_load_n(&team->joined, __ATOMIC_ACQUIRE) < omp_get_num_threads())
+        sched_yield();
+}
 """
 
 

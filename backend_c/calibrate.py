@@ -79,12 +79,13 @@ void calib_regions(int64_t regions, double idle_seconds, double *seconds, float 
         const double idle_until = omp_get_wtime() + idle_seconds;
         while (omp_get_wtime() < idle_until) {}  /* busy, as a caller between two kernels */
         const double start = omp_get_wtime();
-        const int starting_cpu = sched_getcpu();
+        eq_team team = {sched_getcpu(), 0};
         #pragma omp parallel
         {
-            eq_keep_off(starting_cpu);
-            #pragma omp for schedule(static)
+            eq_join(&team);
+            #pragma omp for schedule(static) nowait
             for (int t = 0; t < omp_get_num_threads(); ++t) sink[16 * t] += 1.0f;
+            eq_wait_for_team(&team);
         }
         seconds[r] = omp_get_wtime() - start;
     }
@@ -96,10 +97,10 @@ typedef {ctype} vec_{dtype} __attribute__((vector_size({vector_bytes})));
 
 double calib_fma_{dtype}(int64_t iterations, int threads) {{
     double checksum = 0.0;
-    const int starting_cpu = sched_getcpu();
+    eq_team team = {{sched_getcpu(), 0}};
     #pragma omp parallel num_threads(threads) reduction(+ : checksum)
     {{
-        eq_keep_off(starting_cpu);
+        eq_join(&team);
         const vec_{dtype} zero = {{0}};
         const vec_{dtype} m = zero + ({ctype})0.999999, c = zero + ({ctype})0.001;
         vec_{dtype} acc[{chains}];
@@ -108,6 +109,7 @@ double calib_fma_{dtype}(int64_t iterations, int threads) {{
             for (int k = 0; k < {chains}; ++k) acc[k] = acc[k] * m + c;
         for (int k = 0; k < {chains}; ++k)
             for (int lane = 0; lane < {lanes}; ++lane) checksum += acc[k][lane];
+        eq_wait_for_team(&team);
     }}
     return checksum;
 }}
@@ -116,10 +118,10 @@ double calib_fma_{dtype}(int64_t iterations, int threads) {{
 _TRIAD_TEMPLATE = """
 void calib_triad(float *a, const float *b, const float *c, int64_t n, int64_t reps,
                  int threads) {{
-    const int starting_cpu = sched_getcpu();
+    eq_team team = {{sched_getcpu(), 0}};
     #pragma omp parallel num_threads(threads)
     {{
-        eq_keep_off(starting_cpu);
+        eq_join(&team);
         const int64_t vectors = n / {lanes}, t = omp_get_thread_num(), nt = omp_get_num_threads();
         const int64_t lo = vectors * t / nt, hi = vectors * (t + 1) / nt;
         vec_float32 *va = (vec_float32 *)a;
@@ -130,6 +132,7 @@ void calib_triad(float *a, const float *b, const float *c, int64_t n, int64_t re
             for (int64_t i = lo; i < hi; ++i) va[i] = vb[i] + s * vc[i];
             __asm__ volatile("" ::: "memory");  /* every repetition really loads and stores */
         }}
+        eq_wait_for_team(&team);
     }}
 }}
 """

@@ -293,11 +293,11 @@ class _Emitter:
             self.has_region = True
             self.line("{")
             self.depth += 1
-            self.line("const int starting_cpu = sched_getcpu();")
+            self.line("eq_team team = {sched_getcpu(), 0};")
             self.line("#pragma omp parallel")
             self.line("{")
-            self.line("eq_keep_off(starting_cpu);")
-            self.line("#pragma omp for schedule(static)")
+            self.line("eq_join(&team);")
+            self.line("#pragma omp for schedule(static) nowait")
         elif kind.op == "LoopKind.unroll":
             self.line(f"#pragma GCC unroll {kind.args[0]}")
         self.line(f"for (int64_t {var} = 0; {var} < {extent}; ++{var}) {{")
@@ -312,6 +312,7 @@ class _Emitter:
             self.unfenced = False
         self.line("}")
         if region:
+            self.line("eq_wait_for_team(&team);")
             self.line("}")
             self.depth -= 1
             self.line("}")

@@ -304,35 +304,39 @@ def test_region_workers_keep_off_the_starting_cpu_and_the_caller_keeps_its_affin
 ) -> None:
     """THREADS_PREAMBLE: a worker of a parallel region put on the CPU the region started on
     (where a woken worker may land) moves off it, also when regions of two libraries (each with
-    its own copy of the preamble) alternate; the calling thread is never bound."""
+    its own copy of the preamble) alternate; the starting thread, its share done, waits until
+    the worker has joined (so the worker need not wait for it to sleep); the calling thread is
+    never bound."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPUs to keep off one")
     libraries = []
     for name in ("where_threads_ran", "where_threads_ran_too"):
         source = (
             f"#define _GNU_SOURCE\n#include <stdint.h>\n{THREADS_PREAMBLE}\n"
-            f"void {name}(int64_t *cpus) {{\n"
-            "    const int starting_cpu = sched_getcpu();\n"
-            "    cpus[0] = starting_cpu;\n"
+            f"void {name}(int64_t *seen) {{\n"
+            "    eq_team team = {sched_getcpu(), 0};\n"
+            "    seen[0] = team.cpu;\n"
             "    #pragma omp parallel num_threads(2)\n"
             "    {\n"
             "        if (omp_get_thread_num() == 1) {  /* as a wake-up next to its waker does */\n"
             "            cpu_set_t only;\n"
             "            CPU_ZERO(&only);\n"
-            "            CPU_SET(starting_cpu, &only);\n"
+            "            CPU_SET(team.cpu, &only);\n"
             "            sched_setaffinity(0, sizeof only, &only);\n"
             "        }\n"
-            "        const int worker_cpu = eq_keep_off(starting_cpu);\n"
-            "        if (omp_get_thread_num() == 1) cpus[1] = worker_cpu;\n"
+            "        eq_join(&team);\n"
+            "        if (omp_get_thread_num() == 1) seen[1] = sched_getcpu();\n"
+            "        eq_wait_for_team(&team);\n"
+            "        if (omp_get_thread_num() == 0) seen[2] = __atomic_load_n(&team.joined, 2);\n"
             "    }\n"
             "}\n"
         )
-        library = build_library(source, f"void {name}(int64_t *cpus);", [])
+        library = build_library(source, f"void {name}(int64_t *seen);", [])
         libraries.append((library.ffi, getattr(library.lib, name)))
     before = os.sched_getaffinity(0)
     for round_ in range(40):
-        cpus = np.full(2, -1, dtype=np.int64)
+        seen = np.full(3, -1, dtype=np.int64)  # starting CPU, worker's CPU, joined seen by 0
         ffi, where_threads_ran = libraries[round_ % 2]
-        where_threads_ran(ffi.from_buffer("int64_t[]", cpus))
-        assert cpus[1] >= 0 and cpus[1] != cpus[0], (round_, cpus)
+        where_threads_ran(ffi.from_buffer("int64_t[]", seen))
+        assert seen[1] >= 0 and seen[1] != seen[0] and seen[2] == 2, (round_, seen)
     assert os.sched_getaffinity(0) == before

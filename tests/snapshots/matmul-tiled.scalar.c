@@ -19,6 +19,25 @@ static int eq_keep_off(int cpu) {
     return sched_getcpu();
 }
 
+/* A parallel region's team: each thread joins it (moving off the starting thread's CPU, see
+   eq_keep_off) and the starting thread, its own share done, yields until every thread has
+   joined. A worker woken on the starting thread's CPU then runs at once and moves away; had the
+   starting thread spun in the closing barrier instead, the worker would wait out the spin, the
+   starting thread would sleep, and the worker's wake-up would pull it onto the worker's new
+   CPU: the same clash at the next region, ~0.4 ms a call instead of ~0.02 ms. */
+typedef struct { int cpu; int joined; } eq_team;
+
+static void eq_join(eq_team *team) {
+    eq_keep_off(team->cpu);
+    __atomic_fetch_add(&team->joined, 1, __ATOMIC_RELEASE);
+}
+
+static void eq_wait_for_team(eq_team *team) {
+    if (omp_get_thread_num() != 0) return;
+    while (__atomic_load_n(&team->joined, __ATOMIC_ACQUIRE) < omp_get_num_threads())
+        sched_yield();
+}
+
 
 static inline float eq_max(float a, float b) {
     return a != a ? a : (a > b ? a : b);
@@ -30,16 +49,17 @@ static inline float eq_min(float a, float b) {
 
 void eqsat_kernel(const float *restrict in0, const float *restrict in1, float *restrict out0) {
     {
-        const int starting_cpu = sched_getcpu();
+        eq_team team = {sched_getcpu(), 0};
         #pragma omp parallel
         {
-        eq_keep_off(starting_cpu);
-        #pragma omp for schedule(static)
+        eq_join(&team);
+        #pragma omp for schedule(static) nowait
         for (int64_t i0 = 0; i0 < 16; ++i0) {
             for (int64_t i1 = 0; i1 < 32; ++i1) {
                 out0[i0 * 32 + i1] = 0.0f;
             }
         }
+        eq_wait_for_team(&team);
         }
     }
     for (int64_t i0_o4 = 0; i0_o4 < 4; ++i0_o4) {
