@@ -9,10 +9,10 @@ One small C library (built by `build.build_library`) holds the measuring kernels
 - `calib_triad`: `a = b + s * c` on float32 vectors, each thread repeating its own slice, so the
   slice stays in the cache level it was sized for: half of L1, L2 (per core) or L3 (shared),
   and 4x L3 for DRAM;
-- `calib_regions`: parallel regions that do nothing, on all cores, each after REGION_IDLE_SECONDS
-  in which the workers stop spinning and sleep: the start cost of a parallel loop
-  (`Calibration.parallel_start_seconds`, the median) that a kernel pays unless it runs right
-  after another region (then ~1 us), with the OpenMP wait settings kernels run with.
+- `calib_regions`: parallel regions that do nothing, on all cores, with the OpenMP wait settings
+  kernels run with: each after REGION_IDLE_SECONDS, in which the workers stop spinning and sleep
+  (`Calibration.parallel_start_seconds`, the median: a kernel's first call after idle), and back
+  to back (`parallel_restart_seconds`: a kernel called in a loop, ~1 us; the cost model's).
 Each figure is the best of a few timed calls of at least MIN_CALL_SECONDS: peaks, not averages.
 Measured on the design machine (AMD EPYC, AVX-512, 2 cores), the whole run takes ~2.5 s.
 
@@ -56,7 +56,7 @@ from eqsat.extract.machine import (
 )
 
 # Bump when the kernels or the way they are timed change: cached figures are then re-measured.
-CALIBRATION_VERSION = 4
+CALIBRATION_VERSION = 5
 CHAINS = 12
 MIN_CALL_SECONDS = 0.02
 TIMED_CALLS = 5
@@ -240,19 +240,24 @@ def measure(machine: Machine) -> Calibration:
     flops_per_cycle = FMA_PER_CYCLE * 2 * machine.lanes("float32")
     clock_hz = peak_flops["float32"][1] / flops_per_cycle
     sink = _aligned_floats(16 * max(counts))
-    region_seconds = np.zeros(REGIONS)
-    library.lib.calib_regions(
-        REGIONS,
-        REGION_IDLE_SECONDS,
-        library.ffi.from_buffer("double[]", region_seconds),
-        library.ffi.from_buffer("float[]", sink),
-    )
+
+    def region_start(idle_seconds: float) -> float:
+        seconds = np.zeros(REGIONS)
+        library.lib.calib_regions(
+            REGIONS,
+            idle_seconds,
+            library.ffi.from_buffer("double[]", seconds),
+            library.ffi.from_buffer("float[]", sink),
+        )
+        return float(np.median(seconds))
+
     return Calibration(
         peak_flops,
         bandwidth,
         time.perf_counter() - start,
         clock_hz,
-        float(np.median(region_seconds)),
+        region_start(REGION_IDLE_SECONDS),
+        region_start(0.0),
     )
 
 
@@ -351,6 +356,7 @@ def _read(path: Path, key: str, machine: Machine) -> Calibration | None:
             float(data["seconds"]),
             float(data["clock_hz"]),
             float(data["parallel_start_seconds"]),
+            float(data["parallel_restart_seconds"]),
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -360,7 +366,8 @@ def _read(path: Path, key: str, machine: Machine) -> Calibration | None:
         set(table) == set(names) and all(set(row) == threads for row in table.values())
         for table, names in tables
     )
-    complete = complete and 0 < calibration.parallel_start_seconds < 1
+    starts = (calibration.parallel_start_seconds, calibration.parallel_restart_seconds)
+    complete = complete and all(0 < seconds < 1 for seconds in starts)
     return calibration if complete else None
 
 

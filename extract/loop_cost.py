@@ -60,7 +60,12 @@ from eqsat.core.terms import Arg, Term, index_items
 from eqsat.extract.machine import Machine
 
 LOOP_OVERHEAD = 1.0  # cycles per iteration (increment, compare, branch)
-PARALLEL_START = 20_000.0  # cycles to start a parallel region, not the first (docs/MEASUREMENTS.md)
+# A parallel region is priced as a kernel called in a loop pays it: its workers still spin.
+# Kernels of a few microseconds paid 2-3.5 back-to-back starts of an empty region for it (the
+# barrier, the worker's share of the lines; docs/MEASUREMENTS.md): priced at 4, a near tie stays
+# on one thread. PARALLEL_START cycles (4 starts of ~0.9 us at 2.8 GHz) without a calibration.
+PARALLEL_CALL_RESTARTS = 4.0
+PARALLEL_START = 10_000.0
 UNARY_CYCLES = {"exp": 10.0, "log": 10.0, "tanh": 14.0, "sigmoid": 12.0, "sqrt": 6.0}
 # libm's scalar functions (no vector form): per element, an order of magnitude (not measured)
 UNARY_CYCLES.update(dict.fromkeys(("log1p", "expm1", "sin", "cos"), 20.0))
@@ -616,12 +621,12 @@ class LoopCost:
 
 
 def parallel_start_cycles(machine: Machine) -> float:
-    """Cycles to start a parallel loop: measured by the machine's calibration when it has the
-    figure, else PARALLEL_START."""
+    """Cycles a parallel loop costs a kernel called in a loop: PARALLEL_CALL_RESTARTS region
+    starts back to back as the machine's calibration measured them, else PARALLEL_START."""
     calibration = machine.calibration
-    if calibration is None or calibration.parallel_start_seconds <= 0:
+    if calibration is None or calibration.parallel_restart_seconds <= 0:
         return PARALLEL_START
-    return calibration.parallel_start_seconds * machine.clock_hz()
+    return PARALLEL_CALL_RESTARTS * calibration.parallel_restart_seconds * machine.clock_hz()
 
 
 def fetch_rates(machine: Machine) -> tuple[tuple[float, float, float], float]:

@@ -41,7 +41,10 @@ class Calibration:
     bandwidth: Mapping[str, Mapping[int, float]] = field(hash=False)
     seconds: float = 0.0  # how long the measurement took
     clock_hz: float = DEFAULT_CLOCK_HZ  # one core's fp32 peak / the flops per cycle it implies
-    parallel_start_seconds: float = 0.0  # one parallel region on all cores, back to back
+    # one parallel region on all cores: after its workers slept (a kernel's first call after
+    # idle), and back to back (a kernel called in a loop: its workers still spin)
+    parallel_start_seconds: float = 0.0
+    parallel_restart_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

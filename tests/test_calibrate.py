@@ -33,7 +33,8 @@ class FakeMeasure:
             },
             seconds=0.5,
             clock_hz=3.5e9,
-            parallel_start_seconds=5e-6,
+            parallel_start_seconds=3e-5,
+            parallel_restart_seconds=1e-6,
         )
 
 

@@ -231,7 +231,8 @@ def test_temporary_read_across_rows_is_not_contracted() -> None:
 
 
 def test_small_kernels_stay_serial_and_large_ones_run_in_parallel() -> None:
-    """The cost model charges a thread-team start (PARALLEL_START): only work above it pays."""
+    """The cost model charges a thread-team start (`parallel_start_cycles`): only work above it
+    pays."""
     small, large = eqsat.tensor("x", (8, 16)), eqsat.tensor("x", (2048, 2048))
     assert "omp parallel" not in eqsat.compile(eqsat.exp(small)).c_source
     assert "omp parallel" in eqsat.compile(eqsat.exp(large)).c_source

@@ -228,7 +228,11 @@ def _calibration_summary(calibration: Calibration) -> str:
     bandwidth = ", ".join(
         f"{level} {per_thread(row, 1e9)}" for level, row in calibration.bandwidth.items()
     )
-    return f"({threads} threads): GFLOP/s {flops}; GB/s {bandwidth}"
+    starts = (
+        f"parallel region start {calibration.parallel_restart_seconds * 1e6:.1f} us in a loop, "
+        f"{calibration.parallel_start_seconds * 1e6:.0f} us after idle"
+    )
+    return f"({threads} threads): GFLOP/s {flops}; GB/s {bandwidth}; {starts}"
 
 
 OVERHEAD_ELEMENTS = 1000
