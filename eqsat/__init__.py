@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load lazily (
         CompileError,
         DTypeError,
         EqsatError,
+        IndexingError,
         ShapeError,
         UnsupportedError,
     )
@@ -85,8 +86,8 @@ _PUBLIC = {
     "jit": "eqsat.tracing",
     **dict.fromkeys(
         [
-            "ArgumentError", "CompileError", "DTypeError", "EqsatError", "ShapeError",
-            "UnsupportedError",
+            "ArgumentError", "CompileError", "DTypeError", "EqsatError", "IndexingError",
+            "ShapeError", "UnsupportedError",
         ],
         "eqsat.core.errors",
     ),

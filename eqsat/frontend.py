@@ -27,6 +27,7 @@ from egglog import get_callable_args, get_callable_fn
 from eqsat.core import shapes
 from eqsat.core.errors import (
     DTypeError,
+    IndexingError,
     ShapeError,
     UnsupportedAttributeError,
     UnsupportedError,
@@ -130,12 +131,10 @@ class Tensor:
             "result with operators and supported numpy functions, then compile it"
         )
 
-    def __getitem__(self, index: object) -> Tensor:
-        """Refused for now (issue: indexing): a clear error instead of "not subscriptable"."""
-        raise UnsupportedError(
-            "indexing and slicing a tensor (x[...]) is not supported yet; pass the part you "
-            "need as an input of its own, or write the computation on the whole array"
-        )
+    def __getitem__(self, key: object) -> Tensor:
+        """numpy's basic indexing, as a view (`_basic_index`): slices with steps (negative
+        too), integers (negative count from the end), `None` / `np.newaxis` and `...`."""
+        return _basic_index(self, key)
 
     def __getattr__(self, name: str) -> Any:
         """Called only for a name a tensor lacks: one of numpy's ndarray members raises
@@ -448,6 +447,66 @@ def _power(x: Tensor, n: int) -> Tensor:
         return x
     half = _power(x * x, n // 2)
     return half * x if n % 2 else half
+
+
+def _basic_index(x: Tensor, key: object) -> Tensor:
+    """`x[key]` for numpy's basic indexing: a `TExpr.slice` view of the selected elements
+    (nothing when all are), reshaped to drop the integer-indexed dimensions and insert the
+    `None` ones.
+
+    Raises IndexingError for an integer out of range or more indices than dimensions,
+    ShapeError for a slice that selects nothing (a tensor has at least one element per
+    dimension), UnsupportedError for advanced indexing (arrays, lists, booleans, tensors).
+    """
+    items = list(key) if isinstance(key, tuple) else [key]
+    for item in items:
+        allowed = item is None or item is Ellipsis or isinstance(item, slice)
+        if not allowed and (isinstance(item, bool | np.bool_) or not _is_index(item)):
+            raise UnsupportedError(
+                f"x[{item!r}]: only basic indexing (integers, slices with steps, None, ...) is "
+                "supported, not arrays, lists, booleans or tensors as indices; for a mask "
+                "write eqsat.where(mask, x, 0), for a gather pass the rows as an input"
+            )
+    if len([item for item in items if item is Ellipsis]) > 1:
+        raise IndexingError("x[...]: an index can only have a single ellipsis ('...')")
+    indexed = len([item for item in items if item is not None and item is not Ellipsis])
+    if indexed > x.ndim:
+        raise IndexingError(f"x[...]: {indexed} indices for a tensor of rank {x.ndim}")
+    ellipses = [at for at, item in enumerate(items) if item is Ellipsis] or [len(items)]
+    items[ellipses[0] : ellipses[0] + 1] = [slice(None)] * (x.ndim - indexed)
+    starts, steps, extents, shape = [], [], [], []
+    dims = iter(enumerate(x.shape))
+    for item in items:
+        if item is None:
+            shape.append(1)
+            continue
+        dim, n = next(dims)
+        if isinstance(item, slice):
+            start, stop, step = item.indices(n)
+            extent = len(range(start, stop, step))
+            if extent == 0:
+                raise ShapeError(
+                    f"x[...]: slice {item.start}:{item.stop}:{item.step} of dimension {dim} "
+                    f"(extent {n}) selects no element; eqsat tensors are never empty"
+                )
+            starts.append(start), steps.append(step), extents.append(extent)
+            shape.append(extent)
+        else:
+            position = int(item)  # type: ignore[call-overload]
+            if not -n <= position < n:
+                raise IndexingError(
+                    f"x[...]: index {position} is out of range for dimension {dim} of extent {n}"
+                )
+            starts.append(position % n), steps.append(1), extents.append(1)
+    view = x
+    if (tuple(starts), tuple(extents)) != ((0,) * x.ndim, x.shape) or any(s != 1 for s in steps):
+        view = Tensor(TExpr.slice(x.expr, starts, steps, extents), tuple(extents), x.dtype)
+    return _reshape(view, tuple(shape))
+
+
+def _is_index(value: object) -> bool:
+    """An integer as numpy accepts one in an index (Python or numpy ints, not bools)."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
 
 def _reshape(x: Tensor, shape: Shape) -> Tensor:
@@ -813,6 +872,7 @@ _OPERATORS = {
     "__matmul__": "@",
     "__neg__": "-x",
     "__abs__": "abs(x)",
+    "__getitem__": "x[a:b:s, i, None, ...]",
     "__lt__": "<",
     "__le__": "<=",
     "__gt__": ">",

@@ -54,6 +54,7 @@ from eqsat.core.loops import (
     trip_runs,
     unit_stride_axes,
     vectorizable,
+    without_offset,
     without_unit_tail,
 )
 from eqsat.core.terms import Arg, Term, index_items
@@ -678,7 +679,9 @@ def _named_axes(index: Term) -> list[Term]:
 
 def _contiguous_run(index: Term, inner: frozenset[Term]) -> int:
     """Consecutive elements of the last dimension touched in a row: the unit-stride loop's
-    extent when the index is a plain axis walked by a loop in `inner`, else 1."""
+    extent when the index is a plain axis (plus a constant or not) walked by a loop in `inner`,
+    else 1."""
+    index = without_offset(index)
     if index.op != "Index.axis":
         return 1
     axis = index.args[0]
@@ -716,11 +719,12 @@ def _row_length(index: Term) -> int:
 def _run_step(index: Term, axis: Term) -> int:
     """The elements a loop over `axis` steps the last index of `index` by per trip, when it moves
     only that index, a plain axis that `axis` is a piece of (so that its trips read one run after
-    the other when a run is that long); else 0."""
+    the other when a run is that long); else 0. A constant added to the plain axis moves
+    nothing."""
     items = without_unit_tail(index_items(index))
     if not items or any(moves_with(item, axis) for item in items[:-1]):
         return 0
-    last = items[-1]
+    last = without_offset(items[-1])
     if last.op != "Index.axis":
         return 0
     walked = last.args[0]

@@ -168,6 +168,7 @@ def _shapes(
     yield rule(eq(r).to(TExpr.transpose(x, s)), eq(c).to(gather(shape_of(x), s))).then(shape_is(c))
     yield rule(eq(r).to(TExpr.broadcast(x, s))).then(shape_is(s))
     yield rule(eq(r).to(TExpr.reshape(x, s))).then(shape_is(s))
+    yield rule(eq(r).to(TExpr.slice(x, a, b, s))).then(shape_is(s))
     # the composed permutation of a transpose of a transpose (rule transpose-compose reads it)
     yield rule(eq(r).to(TExpr.transpose(TExpr.transpose(x, a), b))).then(wants_gather(a, b))
 
@@ -184,6 +185,8 @@ def _operands(
     value: f64,
     axis: i64,
     s: Shape,
+    steps: Shape,
+    extents: Shape,
     m: i64,
     n: i64,
 ) -> Iterable[RewriteOrRule]:
@@ -197,6 +200,7 @@ def _operands(
         TExpr.transpose(x, s),
         TExpr.broadcast(x, s),
         TExpr.reshape(x, s),
+        TExpr.slice(x, s, steps, extents),
     )
     for tree_op in ("add", "mul"):
         for node in others:

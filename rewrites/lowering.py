@@ -14,8 +14,8 @@ Rules of the translation:
 - Axes are named by role and extent: output dimension d is `i{d}`, a reduced input dimension d is
   `r{d}`, the matmul contraction is `k`. Nests over the same tensor shape therefore share axis
   terms, which is what lets sibling-loop fusion work without renaming (ARCHITECTURE §3).
-- Elementwise ops, broadcasts, transposes and reshapes are inlined into the consumer's scalar
-  expression (an index mapping, no loop of their own).
+- Elementwise ops, broadcasts, transposes, reshapes and slices are inlined into the consumer's
+  scalar expression (an index mapping, no loop of their own).
 - A value gets a buffer of its own when it is a matmul or a reduction, an output, or used more
   than once and expensive to recompute (a transcendental function).
 - The right operand of a matmul is copied into a buffer when it is a transpose that moves its
@@ -154,6 +154,10 @@ class _Lowering:
                 source = a[0]
                 assert isinstance(source, Term)
                 return self.value_at(source, reshape_index(self.shape(source), self.shape(t), idx))
+            case "TExpr.slice":
+                source, starts, steps = a[0], a[1], a[2]
+                assert isinstance(source, Term)
+                return self.value_at(source, list(map(strided_index, idx, starts, steps)))  # type: ignore[call-overload]
         raise ValueError(f"cannot lower {t.op}")
 
     def broadcast_value(self, t: Term, idx: Sequence[Term]) -> Term:
@@ -212,6 +216,12 @@ class _Lowering:
         r = axis(f"r{dim}", self.shape(source)[dim])
         source_idx = [*out_idx[:dim], index_of(r), *out_idx[dim:]]
         return r, self.value_at(source, source_idx)
+
+
+def strided_index(index: Term, start: int, step: int) -> Term:
+    """`start + step * index`, without the parts that change nothing."""
+    scaled = index if step == 1 else Term("Index.scale", (index, step))
+    return scaled if start == 0 else Term("Index.add", (scaled, const_index(start)))
 
 
 def reshape_index(

@@ -57,9 +57,33 @@ SMALL_DIMS = st.sampled_from([1, 2, 3, 4, 6])  # for the (slow, per-element) loo
 
 
 @st.composite
+def basic_indices(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[object, ...]:
+    """A numpy basic index of a tensor of `shape` that selects at least one element: per
+    dimension an integer (negative too) or a slice with a step (negative too, bounds possibly
+    out of range as numpy clips them), with `None`s inserted and a run of full slices written
+    as `...` now and then."""
+    key: list[object] = []
+    for n in shape:
+        if draw(st.booleans()) and draw(st.booleans()):
+            key.append(draw(st.integers(-n, n - 1)))
+            continue
+        bound = st.none() | st.integers(-n - 2, n + 2)
+        step = draw(st.none() | st.integers(-3, 3).filter(bool))
+        item = slice(draw(bound), draw(bound), step)
+        key.append(item if len(range(*item.indices(n))) else slice(None))
+    for _ in range(draw(st.integers(0, 2))):
+        key.insert(draw(st.integers(0, len(key))), None)
+    full = [at for at, item in enumerate(key) if item == slice(None)]
+    if full and draw(st.booleans()):
+        key[full[-1]] = Ellipsis
+    return tuple(key)
+
+
+@st.composite
 def programs(draw: st.DrawFn, max_ops: int = 4, dims: st.SearchStrategy[int] = DIMS) -> Program:
     """A random program over every op family: elementwise (with broadcasting), reductions,
-    matmul, transpose, reshape, where; values stay where exp/log/sqrt are finite."""
+    matmul, transpose, reshape, where, basic indexing; values stay where exp/log/sqrt are
+    finite."""
     dtype = draw(st.sampled_from(["float32", "float64"]))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     inputs: dict[str, np.ndarray] = {}
@@ -85,6 +109,7 @@ def programs(draw: st.DrawFn, max_ops: int = 4, dims: st.SearchStrategy[int] = D
                     "where",
                     "reshape",
                     "softmax",
+                    "index",
                 ]
             )
         )
@@ -117,6 +142,8 @@ def programs(draw: st.DrawFn, max_ops: int = 4, dims: st.SearchStrategy[int] = D
             x = x.reshape(-1)
         elif op == "softmax" and x.ndim >= 1:
             x = eqsat.softmax(x, axis=-1)
+        elif op == "index" and x.ndim >= 1:
+            x = x[draw(basic_indices(x.shape))]
     return Program([x], inputs, dtype)
 
 

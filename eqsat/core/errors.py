@@ -12,6 +12,11 @@ class ShapeError(EqsatError, ValueError):
     an array of another shape than its input's."""
 
 
+class IndexingError(ShapeError, IndexError):
+    """An index out of its dimension's range, or more indices than dimensions (an IndexError
+    too, as numpy raises for these)."""
+
+
 class DTypeError(EqsatError, TypeError):
     """An unsupported dtype, two dtypes mixed in one program, or a kernel called with an array
     of another dtype than its inputs' (nothing is cast)."""

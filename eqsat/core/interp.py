@@ -107,6 +107,10 @@ def _eval_node(
             return np.broadcast_to(ev(a[0]), a[1])  # type: ignore[arg-type]
         case "TExpr.reshape":
             return np.reshape(ev(a[0]), a[1])
+        case "TExpr.slice":
+            starts, steps, extents = a[1], a[2], a[3]
+            picks = [s + t * np.arange(n) for s, t, n in zip(starts, steps, extents, strict=True)]  # type: ignore[call-overload]
+            return ev(a[0])[np.ix_(*picks)]
     raise ValueError(f"not a tensor term: {t.op}")
 
 

@@ -70,10 +70,21 @@ def unit_stride_axes(axis: Term) -> list[Term]:
     return chain
 
 
+def without_offset(index: Term) -> Term:
+    """`i` for an index `i + c` with a constant c (lowering writes a slice's start last), else
+    `index` itself."""
+    if index.op == "Index.add":
+        base, offset = index.args
+        if isinstance(base, Term) and isinstance(offset, Term) and offset.op == "Index.const":
+            return base
+    return index
+
+
 def access_kind(index_list: Term, axis: Term) -> str | None:
     """How an access moves along a loop over `axis`: "uniform" (no index moves), "contiguous"
-    (the last index names a unit-stride axis of the loop, `unit_stride_axes`, and no other
-    index moves) or None (strided or gathered).
+    (the last index names a unit-stride axis of the loop, `unit_stride_axes`, plus a constant
+    or not (a slice's view, `x[:, 1:]`), and no other index moves) or None (strided or
+    gathered).
 
     Trailing indices that are named axes of extent 1 are skipped: lowering names an axis after
     the dimension it walks, so they index dimensions of size 1 (`t[k, i1]` with t of shape
@@ -82,7 +93,7 @@ def access_kind(index_list: Term, axis: Term) -> str | None:
     items = without_unit_tail(index_items(index_list), keep=axis)
     if not any(moves_with(i, axis) for i in items):
         return "uniform"
-    last, others = items[-1], items[:-1]
+    last, others = without_offset(items[-1]), items[:-1]
     unit_stride = last.op == "Index.axis" and last.args[0] in unit_stride_axes(axis)
     return "contiguous" if unit_stride and not any(moves_with(i, axis) for i in others) else None
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from eqsat.core.loops import axis_extent
 from eqsat.core.terms import Term, index_items
 
@@ -46,7 +48,20 @@ def format_tensor(t: Term) -> str:
             return f"broadcast_to({sub[0]}, {a[1]})"
         case "TExpr.reshape":
             return f"reshape({sub[0]}, {a[1]})"
+        case "TExpr.slice":
+            return f"{sub[0]}[{_slices(a[1], a[2], a[3])}]"  # type: ignore[arg-type]
     return str(t)
+
+
+def _slices(starts: Sequence[int], steps: Sequence[int], extents: Sequence[int]) -> str:
+    """numpy's slice syntax for `TExpr.slice`'s arguments: `2:8:3, ::-1`."""
+
+    def one(start: int, step: int, extent: int) -> str:
+        stop = start + step * extent
+        shown = f"{start}:{stop if stop >= 0 else ''}"
+        return shown if step == 1 else f"{shown}:{step}"
+
+    return ", ".join(map(one, starts, steps, extents))
 
 
 def _axis_name(axis: Term) -> str:

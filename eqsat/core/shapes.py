@@ -192,7 +192,27 @@ def _infer_node(term: Term, shape_of: _ShapeOf) -> Shape:
             return broadcast_to(shape_of(args[0]), _ints(args[1]))
         case "TExpr.reshape":
             return reshape(shape_of(args[0]), _ints(args[1]))
+        case "TExpr.slice":
+            return strided_view(shape_of(args[0]), *(_ints(a) for a in args[1:]))
     raise ValueError(f"not a tensor term: {term.op}")
+
+
+def strided_view(
+    shape: Shape, starts: Sequence[int], steps: Sequence[int], extents: Sequence[int]
+) -> Shape:
+    """The shape of `TExpr.slice`: `extents`, if every element it reads is inside `shape`."""
+    extents = validate_shape(extents, "slice")
+    ranks = {len(shape), len(starts), len(steps), len(extents)}
+    inside = all(
+        step != 0 and 0 <= start < n and 0 <= start + step * (extent - 1) < n
+        for n, start, step, extent in zip(shape, starts, steps, extents, strict=False)
+    )
+    if len(ranks) != 1 or not inside:
+        raise ShapeError(
+            f"slice: starts {tuple(starts)}, steps {tuple(steps)} and extents {extents} do not "
+            f"select elements of a tensor of shape {shape}"
+        )
+    return extents
 
 
 def _int(arg: object) -> int:

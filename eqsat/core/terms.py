@@ -108,6 +108,18 @@ class TExpr(Expr):
     def reshape(cls, x: TExpr, shape: VecLike[i64, i64Like]) -> TExpr:
         """numpy.reshape(x, shape) in row-major order."""
 
+    @classmethod
+    def slice(
+        cls,
+        x: TExpr,
+        starts: VecLike[i64, i64Like],
+        steps: VecLike[i64, i64Like],
+        shape: VecLike[i64, i64Like],
+    ) -> TExpr:
+        """A strided view of x, of the same rank: element idx is x[starts + steps * idx] (one
+        start, step and extent per dimension; steps are nonzero, negative ones walk backwards,
+        and every element is inside x). numpy's basic slicing `x[a:b:s, ...]`."""
+
 
 # ---------------------------------------------------------------- stage 2: loop terms
 
