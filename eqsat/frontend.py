@@ -16,6 +16,7 @@ function to its frontend function; anything else is an `UnsupportedError` naming
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -40,6 +41,7 @@ __all__ = [
     "abs",
     "ceil",
     "clip",
+    "concatenate",
     "cos",
     "exp",
     "expm1",
@@ -54,6 +56,7 @@ __all__ = [
     "mean",
     "min",
     "minimum",
+    "pad",
     "prod",
     "relu",
     "rint",
@@ -61,7 +64,9 @@ __all__ = [
     "sign",
     "sin",
     "softmax",
+    "split",
     "sqrt",
+    "stack",
     "std",
     "sum",
     "tanh",
@@ -776,6 +781,102 @@ def _power_of(base: Tensor, exponent: float) -> Tensor:
     return _require(base, "pow") ** exponent
 
 
+def concatenate(arrays: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """numpy.concatenate: `arrays` joined along `axis` (a copy into one buffer, as numpy).
+
+    It requires: one or more tensors of one dtype and rank >= 1, equal shapes but along `axis`
+    (ShapeError otherwise); `axis=None` (flatten first) is not supported.
+    """
+    parts = _sequence_of_tensors("concatenate", arrays)
+    if axis is None:
+        raise UnsupportedError("concatenate: axis=None is not supported; reshape(-1) each part")
+    dim = shapes.normalize_axis("concatenate", axis, parts[0].shape)
+    joined = parts[0]
+    for part in parts[1:]:
+        shape = shapes.concatenate(joined.shape, part.shape, dim)
+        joined = Tensor(TExpr.concat(joined.expr, part.expr, dim), shape, joined.dtype)
+    return joined
+
+
+def stack(arrays: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """numpy.stack: `arrays`, all of one shape, joined along a new dimension `axis`."""
+    parts = _sequence_of_tensors("stack", arrays)
+    if len({part.shape for part in parts}) > 1:
+        shown = ", ".join(str(part.shape) for part in parts)
+        raise ShapeError(f"stack: all arrays must have one shape, got {shown}")
+    rank = parts[0].ndim + 1
+    if not -rank <= axis < rank:
+        raise ShapeError(f"stack: axis {axis} is out of range for a result of rank {rank}")
+    dim = axis % rank
+    expanded = [part.reshape(*part.shape[:dim], 1, *part.shape[dim:]) for part in parts]
+    return concatenate(expanded, dim)
+
+
+def split(x: Tensor, indices_or_sections: int | Sequence[int], axis: int = 0) -> list[Tensor]:
+    """numpy.split: views of `x` cut along `axis`, into that many equal sections (an int, which
+    must divide the extent) or at the given indices.
+
+    It requires: no section is empty (eqsat tensors never are; ShapeError otherwise).
+    """
+    x = _require(x, "split")
+    dim = shapes.normalize_axis("split", axis, x.shape)
+    extent = x.shape[dim]
+    if isinstance(indices_or_sections, int | np.integer):
+        sections = int(indices_or_sections)
+        if sections < 1 or extent % sections:
+            raise ShapeError(
+                f"split: {sections} sections do not divide extent {extent} of axis {dim} "
+                "equally (numpy.array_split is not supported)"
+            )
+        cuts = [extent // sections * k for k in range(1, sections)]
+    else:
+        cuts = [int(cut) for cut in indices_or_sections]
+    bounds = [0, *cuts, extent]
+    before = (slice(None),) * dim
+    return [x[(*before, slice(start, stop))] for start, stop in itertools.pairwise(bounds)]
+
+
+def pad(
+    x: Tensor,
+    pad_width: int | Sequence[int] | Sequence[Sequence[int]],
+    mode: str = "constant",
+    constant_values: float = 0.0,
+) -> Tensor:
+    """numpy.pad with mode="constant": `x` with `constant_values` added before and after each
+    dimension (`pad_width` as numpy takes it: n, (before, after) or one pair per dimension).
+
+    It requires: mode "constant" and one constant (UnsupportedError otherwise); widths >= 0.
+    """
+    x = _require(x, "pad")
+    if mode != "constant" or not _is_scalar(constant_values):
+        raise UnsupportedError(
+            f"pad: only mode='constant' with one constant value is supported, got mode={mode!r}"
+        )
+    widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
+    if (widths < 0).any():
+        raise ShapeError(f"pad: widths {pad_width} must not be negative")
+    padded = x
+    for dim, (before, after) in enumerate(widths.tolist()):
+        shape = padded.shape
+
+        def edge(width: int, dim: int = dim, shape: Shape = shape) -> list[Tensor]:
+            filled = (*shape[:dim], width, *shape[dim + 1 :])
+            return [_full(float(constant_values), filled, x.dtype)] if width else []
+
+        padded = concatenate([*edge(before), padded, *edge(after)], dim)
+    return padded
+
+
+def _sequence_of_tensors(what: str, arrays: object) -> list[Tensor]:
+    """`arrays` (a list or tuple) as tensors of one dtype and rank >= 1."""
+    if isinstance(arrays, Tensor) or not isinstance(arrays, list | tuple) or not arrays:
+        raise TypeError(f"{what}: expected a non-empty list or tuple of eqsat tensors")
+    parts = _operands(what, arrays)
+    if any(part.ndim == 0 for part in parts):
+        raise ShapeError(f"{what}: zero-dimensional arrays cannot be concatenated")
+    return parts
+
+
 def _reshape_to(a: Tensor, shape: int | Sequence[int]) -> Tensor:
     """numpy.reshape(a, shape), row-major (`Tensor.reshape`)."""
     return _require(a, "reshape").reshape(shape)
@@ -860,6 +961,10 @@ _NUMPY_FUNCTIONS: dict[Callable[..., Any], _NumpyFunction] = {
     np.reshape: _NumpyFunction(_reshape_to, 2, frozenset({"shape"})),
     np.where: _NumpyFunction(where, 3),
     np.dot: _NumpyFunction(_dot, 2),
+    np.concatenate: _NumpyFunction(concatenate, 2, frozenset({"axis"})),
+    np.stack: _NumpyFunction(stack, 2, frozenset({"axis"})),
+    np.split: _NumpyFunction(split, 3, frozenset({"indices_or_sections", "axis"})),
+    np.pad: _NumpyFunction(pad, 3, frozenset({"pad_width", "mode", "constant_values"})),
 }
 
 # Python operators of Tensor (its dunder methods) as a user writes them.

@@ -27,7 +27,13 @@ from eqsat.core.terms import Arg, Term
 from eqsat.extract.loop_cost import BINARY_CYCLES, UNARY_CYCLES
 
 BYTE_WEIGHT = 2.0**-32
-LAYOUT_OPS = ("TExpr.transpose", "TExpr.broadcast", "TExpr.reshape", "TExpr.slice")
+LAYOUT_OPS = (
+    "TExpr.transpose",
+    "TExpr.broadcast",
+    "TExpr.reshape",
+    "TExpr.slice",
+    "TExpr.concat",
+)
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,9 @@ def _shapes(
     yield rule(eq(r).to(TExpr.broadcast(x, s))).then(shape_is(s))
     yield rule(eq(r).to(TExpr.reshape(x, s))).then(shape_is(s))
     yield rule(eq(r).to(TExpr.slice(x, a, b, s))).then(shape_is(s))
+    yield rule(
+        eq(r).to(TExpr.concat(x, y, axis)), eq(a).to(shape_of(x)), eq(b).to(shape_of(y))
+    ).then(shape_is(a.set(axis, a[axis] + b[axis])))
     # the composed permutation of a transpose of a transpose (rule transpose-compose reads it)
     yield rule(eq(r).to(TExpr.transpose(TExpr.transpose(x, a), b))).then(wants_gather(a, b))
 
@@ -201,6 +204,7 @@ def _operands(
         TExpr.broadcast(x, s),
         TExpr.reshape(x, s),
         TExpr.slice(x, s, steps, extents),
+        TExpr.concat(x, y, axis),
     )
     for tree_op in ("add", "mul"):
         for node in others:

@@ -116,7 +116,7 @@ class _Lowering:
         return self.shape_memo[t]
 
     def needs_buffer(self, t: Term) -> bool:
-        if t.op in ("TExpr.matmul", "TExpr.reduce"):
+        if t.op in ("TExpr.matmul", "TExpr.reduce", "TExpr.concat"):
             return True
         return self.uses[t] > 1 and t.op == "TExpr.unary" and t.args[0] in EXPENSIVE_UNARY
 
@@ -191,11 +191,41 @@ class _Lowering:
             self.statements.append(nest(out_axes, Term("Stmt.store", (buffer, target, init))))
             accumulate = Term("Stmt.accumulate", (buffer, target, op, value))
             self.statements.append(nest([*out_axes, reduction_axis], accumulate))
+        elif t.op == "TExpr.concat":
+            self.concatenate(t, buffer)
         else:
             value = self.compute_at(t, out_idx)
             self.statements.append(nest(out_axes, Term("Stmt.store", (buffer, target, value))))
         self.buffer_of.setdefault(t, buffer)
         return buffer
+
+    def concatenate(self, t: Term, buffer: str) -> None:
+        """One nest per part of concat `t` (nested concats along its axis, used nowhere else,
+        are parts too): each stores its part at its offset along the axis."""
+        dim = int(t.args[2])  # type: ignore[arg-type]
+        offset = 0
+        for part in self.concatenated_parts(t, dim):
+            part_axes = [axis(f"i{d}", n) for d, n in enumerate(self.shape(part))]
+            part_idx = [index_of(x) for x in part_axes]
+            value = self.value_at(part, part_idx)
+            at = [*part_idx[:dim], strided_index(part_idx[dim], offset, 1), *part_idx[dim + 1 :]]
+            self.statements.append(
+                nest(part_axes, Term("Stmt.store", (buffer, index_list(at), value)))
+            )
+            offset += self.shape(part)[dim]
+
+    def concatenated_parts(self, t: Term, dim: int) -> list[Term]:
+        """The operands of concat `t` in order, a nested concat along `dim` that has no buffer
+        and no other use replaced by its own parts."""
+        parts = []
+        for part in t.args[:2]:
+            assert isinstance(part, Term)
+            inlined = part.op == "TExpr.concat" and part.args[2] == dim
+            if inlined and part not in self.buffer_of and self.uses[part] == 1:
+                parts += self.concatenated_parts(part, dim)
+            else:
+                parts.append(part)
+        return parts
 
     def reduction(self, t: Term, out_idx: list[Term]) -> tuple[Term, Term]:
         """The reduction axis of a matmul or reduce, and the value accumulated per step."""

@@ -82,8 +82,8 @@ def basic_indices(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[object, ...]
 @st.composite
 def programs(draw: st.DrawFn, max_ops: int = 4, dims: st.SearchStrategy[int] = DIMS) -> Program:
     """A random program over every op family: elementwise (with broadcasting), reductions,
-    matmul, transpose, reshape, where, basic indexing; values stay where exp/log/sqrt are
-    finite."""
+    matmul, transpose, reshape, where, basic indexing, concatenate; values stay where
+    exp/log/sqrt are finite."""
     dtype = draw(st.sampled_from(["float32", "float64"]))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     inputs: dict[str, np.ndarray] = {}
@@ -110,6 +110,7 @@ def programs(draw: st.DrawFn, max_ops: int = 4, dims: st.SearchStrategy[int] = D
                     "reshape",
                     "softmax",
                     "index",
+                    "concatenate",
                 ]
             )
         )
@@ -144,6 +145,10 @@ def programs(draw: st.DrawFn, max_ops: int = 4, dims: st.SearchStrategy[int] = D
             x = eqsat.softmax(x, axis=-1)
         elif op == "index" and x.ndim >= 1:
             x = x[draw(basic_indices(x.shape))]
+        elif op == "concatenate" and x.ndim >= 1:
+            axis = draw(st.integers(0, x.ndim - 1))
+            shape = (*x.shape[:axis], draw(dims), *x.shape[axis + 1 :])
+            x = eqsat.concatenate([new_input(shape), x][:: draw(st.sampled_from([1, -1]))], axis)
     return Program([x], inputs, dtype)
 
 

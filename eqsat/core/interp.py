@@ -107,6 +107,8 @@ def _eval_node(
             return np.broadcast_to(ev(a[0]), a[1])  # type: ignore[arg-type]
         case "TExpr.reshape":
             return np.reshape(ev(a[0]), a[1])
+        case "TExpr.concat":
+            return np.concatenate((ev(a[0]), ev(a[1])), axis=int(a[2]))  # type: ignore[arg-type]
         case "TExpr.slice":
             starts, steps, extents = a[1], a[2], a[3]
             picks = [s + t * np.arange(n) for s, t, n in zip(starts, steps, extents, strict=True)]  # type: ignore[call-overload]

@@ -48,6 +48,8 @@ def format_tensor(t: Term) -> str:
             return f"broadcast_to({sub[0]}, {a[1]})"
         case "TExpr.reshape":
             return f"reshape({sub[0]}, {a[1]})"
+        case "TExpr.concat":
+            return f"concatenate(({sub[0]}, {sub[1]}), axis={a[2]})"
         case "TExpr.slice":
             return f"{sub[0]}[{_slices(a[1], a[2], a[3])}]"  # type: ignore[arg-type]
     return str(t)

@@ -192,9 +192,23 @@ def _infer_node(term: Term, shape_of: _ShapeOf) -> Shape:
             return broadcast_to(shape_of(args[0]), _ints(args[1]))
         case "TExpr.reshape":
             return reshape(shape_of(args[0]), _ints(args[1]))
+        case "TExpr.concat":
+            return concatenate(shape_of(args[0]), shape_of(args[1]), _int(args[2]))
         case "TExpr.slice":
             return strided_view(shape_of(args[0]), *(_ints(a) for a in args[1:]))
     raise ValueError(f"not a tensor term: {term.op}")
+
+
+def concatenate(a: Shape, b: Shape, axis: int) -> Shape:
+    """The shape of `TExpr.concat`: `a` with `b`'s extent added along `axis`, if the shapes
+    agree elsewhere."""
+    if len(a) != len(b) or not 0 <= axis < len(a):
+        raise ShapeError(f"concatenate: shapes {a} and {b} along axis {axis}: ranks differ")
+    if a[:axis] + a[axis + 1 :] != b[:axis] + b[axis + 1 :]:
+        raise ShapeError(
+            f"concatenate: shapes {a} and {b} differ in another dimension than axis {axis}"
+        )
+    return (*a[:axis], a[axis] + b[axis], *a[axis + 1 :])
 
 
 def strided_view(

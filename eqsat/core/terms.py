@@ -109,6 +109,10 @@ class TExpr(Expr):
         """numpy.reshape(x, shape) in row-major order."""
 
     @classmethod
+    def concat(cls, a: TExpr, b: TExpr, axis: i64Like) -> TExpr:
+        """numpy.concatenate((a, b), axis): equal shapes but along `axis` (0 <= axis < rank)."""
+
+    @classmethod
     def slice(
         cls,
         x: TExpr,

@@ -1,0 +1,106 @@
+"""Joins and splits: `np.concatenate`, `np.stack`, `np.split` and `np.pad` (constant).
+
+A concatenation is a copy into one buffer (`TExpr.concat`: one nest per part, each storing at
+its offset along the axis); stack inserts a dimension and concatenates; split is views; pad
+concatenates blocks of the constant. Each is checked through the compiled C against numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import eqsat
+
+SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.5, -2.25, 3.0], dtype=np.float32)
+
+
+@given(st.data())
+@settings(max_examples=10, deadline=None)
+def test_concatenations_of_random_parts_match_numpy(data: st.DataObject) -> None:
+    rank = data.draw(st.integers(1, 3))
+    shape = [data.draw(st.integers(1, 9)) for _ in range(rank)]
+    axis = data.draw(st.integers(-rank, rank - 1))
+    count = data.draw(st.integers(1, 3))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    symbols, values = [], []
+    for part in range(count):
+        part_shape = list(shape)
+        part_shape[axis] = data.draw(st.integers(1, 9))
+        symbols.append(eqsat.tensor(f"p{part}", tuple(part_shape)))
+        values.append(rng.choice(SPECIAL, size=part_shape).astype(np.float32))
+    joined = np.concatenate(symbols, axis=axis)
+    kernel = eqsat.compile([joined * 2.0, eqsat.exp(joined)], progress=False)
+    want = np.concatenate(values, axis=axis)
+    got = kernel(*values)
+    np.testing.assert_array_equal(got[0], want * np.float32(2))
+    np.testing.assert_allclose(got[1], np.exp(want), rtol=1e-6)
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+def test_stack_split_and_pad_match_numpy_with_special_values(isa: str) -> None:
+    rng = np.random.default_rng(4)
+    a_values = rng.choice(SPECIAL, size=(6, 20)).astype(np.float32)
+    b_values = rng.choice(SPECIAL, size=(6, 20)).astype(np.float32)
+    a, b = eqsat.tensor("a", (6, 20)), eqsat.tensor("b", (6, 20))
+    outputs = [
+        np.stack([a, b * 3.0], axis=1),
+        np.stack([a, b]).max(axis=0),
+        np.split(a, 4, axis=1)[1] - np.split(b, [2, 5])[1][:1, :5],
+        np.pad(a, ((1, 0), (2, 3)), constant_values=-1.5),
+        np.pad(b, 1)[:, ::-1],
+    ]
+    kernel = eqsat.compile(outputs, isa=isa, progress=False)
+    with np.errstate(invalid="ignore"):
+        want = [
+            np.stack([a_values, b_values * np.float32(3)], axis=1),
+            np.stack([a_values, b_values]).max(axis=0),
+            np.split(a_values, 4, axis=1)[1] - np.split(b_values, [2, 5])[1][:1, :5],
+            np.pad(a_values, ((1, 0), (2, 3)), constant_values=-1.5),
+            np.pad(b_values, 1)[:, ::-1],
+        ]
+    for got, expected in zip(kernel(a_values, b_values), want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_jit_concatenates_as_numpy_code_does() -> None:
+    @eqsat.jit
+    def features(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        both = np.concatenate([x, y], axis=-1)
+        return np.tanh(both) @ np.concatenate([y, x], axis=-1).T
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((7, 3), dtype=np.float32)
+    y = rng.standard_normal((7, 5), dtype=np.float32)
+    want = np.tanh(np.concatenate([x, y], axis=-1)) @ np.concatenate([y, x], axis=-1).T
+    np.testing.assert_allclose(features(x, y), want, rtol=1e-5, atol=1e-5)
+
+
+def test_nested_concatenations_store_each_part_once() -> None:
+    """concatenate([a, b, c]) is one buffer written by three nests, not a copy of a copy."""
+    a, b, c = (eqsat.tensor(name, (4, 16)) for name in "abc")
+    program = eqsat.optimize(np.concatenate([a, b, c]), progress=False).program
+    assert "alloc" not in eqsat.core.pretty.format_loops(program.body)
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "says"),
+    [
+        (lambda a, b: np.concatenate([a, b]), eqsat.ShapeError, "differ in another dimension"),
+        (lambda a, b: np.concatenate([a, b], axis=2), eqsat.ShapeError, "axis 2"),
+        (lambda a, b: np.concatenate([a, a[0]]), eqsat.ShapeError, "ranks differ"),
+        (lambda a, b: np.concatenate([a.sum(), a.sum()]), eqsat.ShapeError, "zero-dimensional"),
+        (lambda a, b: np.concatenate([a, np.ones((3, 4))]), eqsat.UnsupportedError, "input"),
+        (lambda a, b: np.stack([a, b]), eqsat.ShapeError, "one shape"),
+        (lambda a, b: np.split(a, 2, axis=0), eqsat.ShapeError, "do not divide"),
+        (lambda a, b: np.split(a, [0, 2]), eqsat.ShapeError, "selects no element"),
+        (lambda a, b: np.pad(a, 1, mode="edge"), eqsat.UnsupportedError, "mode='constant'"),
+        (lambda a, b: np.pad(a, -1), eqsat.ShapeError, "must not be negative"),
+    ],
+)
+def test_bad_joins_say_what_is_wrong(build: object, error: type, says: str) -> None:
+    a, b = eqsat.tensor("a", (3, 4)), eqsat.tensor("b", (2, 5))
+    with pytest.raises(error, match=says):
+        build(a, b)  # type: ignore[operator]
