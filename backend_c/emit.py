@@ -62,6 +62,7 @@ _SCALAR_UNARY = {
     "ceil": "ceil{f}({x})",
     "rint": "rint{f}({x})",  # to nearest, ties to even (the default rounding mode), as numpy
     "trunc": "trunc{f}({x})",
+    "erf": "erf{f}({x})",
 }
 _SCALAR_BINARY = {
     "add": "({a} + {b})",

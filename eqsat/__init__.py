@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load lazily (
         ceil,
         clip,
         cos,
+        erf,
         exp,
         expm1,
         floor,
@@ -92,10 +93,10 @@ _PUBLIC = {
     ),
     **dict.fromkeys(
         [
-            "Tensor", "abs", "ceil", "clip", "cos", "exp", "expm1", "floor", "gelu", "layernorm",
-            "log", "log1p", "matmul", "max", "maximum", "mean", "min", "minimum", "prod", "relu",
-            "rint", "sigmoid", "sign", "sin", "softmax", "sqrt", "std", "sum", "tanh", "tensor",
-            "transpose", "trunc", "var", "where",
+            "Tensor", "abs", "ceil", "clip", "cos", "erf", "exp", "expm1", "floor", "gelu",
+            "layernorm", "log", "log1p", "matmul", "max", "maximum", "mean", "min", "minimum",
+            "prod", "relu", "rint", "sigmoid", "sign", "sin", "softmax", "sqrt", "std", "sum",
+            "tanh", "tensor", "transpose", "trunc", "var", "where",
         ],
         "eqsat.frontend",
     ),
