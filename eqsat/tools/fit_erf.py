@@ -3,7 +3,8 @@
 
 The vector erf computes, for a = |x| (the sign of x put back at the end):
 
-- a < 1: erf(a) = a * P(a^2), P fitted to erf(a) / a with a relative error weight;
+- a < 1: erf(a) = a + a * P(a^2), P fitted to erf(a) / a - 1 with a weight that makes its error
+  relative to erf (adding a exactly keeps 2/sqrt(pi)'s rounding out of the leading term);
 - 1 <= a: erf(a) = 1 - exp(-a^2) * R(t - t0) with t = 2 / (2 + a), a clamped to the point beyond
   which erf rounds to 1 (`clamp`); R fitted to erfc(a) * exp(a^2), smooth and slowly varying in
   t, weighted by exp(-a^2): the fit's error is the error it adds to erf. t0 centres t's range.
@@ -36,11 +37,16 @@ def fit_erf(dtype: str) -> tuple[ErfFit, float, float]:
     small_degree, large_degree = DEGREES[dtype]
     clamp = mp.mpf(CLAMP[dtype])
 
-    def p_target(u: Any) -> Any:
+    def erf_over_a(u: Any) -> Any:  # u = a^2
         return mp.erf(mp.sqrt(u)) / mp.sqrt(u) if u else 2 / mp.sqrt(mp.pi)
 
     small, small_error = _weighted_fit(
-        p_target, lambda u: 1 / p_target(u), mp.mpf(0), mp.mpf(1), small_degree, mp
+        lambda u: erf_over_a(u) - 1,
+        lambda u: 1 / erf_over_a(u),
+        mp.mpf(0),
+        mp.mpf(1),
+        small_degree,
+        mp,
     )
     t_low, t_high = 2 / (2 + clamp), mp.mpf(2) / 3
     t0 = _round((t_low + t_high) / 2, dtype)
