@@ -62,6 +62,7 @@ from eqsat.extract.machine import Machine
 LOOP_OVERHEAD = 1.0  # cycles per iteration (increment, compare, branch)
 PARALLEL_START = 20_000.0  # cycles to start a parallel region, not the first (docs/MEASUREMENTS.md)
 UNARY_CYCLES = {"exp": 10.0, "log": 10.0, "tanh": 14.0, "sigmoid": 12.0, "sqrt": 6.0}
+UNARY_CYCLES["erf"] = 22.0  # eq_verf: ~2.1x eq_vexp's time per vector (docs/MEASUREMENTS.md)
 # libm's scalar functions (no vector form): per element, an order of magnitude (not measured)
 UNARY_CYCLES.update(dict.fromkeys(("log1p", "expm1", "sin", "cos"), 20.0))
 BINARY_CYCLES = {"div": 4.0}
