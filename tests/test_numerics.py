@@ -560,7 +560,7 @@ def erf_inputs(dtype: str) -> np.ndarray:
     specials = [np.nan, np.inf, -np.inf, 0.0, -0.0, info.smallest_subnormal, info.max]
     tiny_to_one = np.geomspace(info.smallest_subnormal, 1, 3000)
     values = np.concatenate([specials, tiny_to_one, np.linspace(-7, 7, 20003)])
-    return np.concatenate([values, -values]).astype(dtype)
+    return np.concatenate([values, -values, [0.5]]).astype(dtype)
 
 
 @pytest.mark.parametrize("dtype", ("float32", "float64"))
