@@ -1,9 +1,9 @@
 """Vector exp, log, tanh, sigmoid and erf as C source for one `VectorIsa`, without libm.
 
-`vector_math(isa)` returns static inline C functions `eq_vexp`, `eq_vlog`, `eq_vtanh`,
-`eq_vsigmoid` and `eq_verf`, each taking and returning one vector (`isa.vtype`). They are written
-once, in terms of a few `eqv_*` primitives that this module spells per ISA, and they need no
--ffast-math:
+`vector_math(isa, ops)` returns static inline C functions `eq_vexp`, `eq_vlog`, `eq_vtanh`,
+`eq_vsigmoid`, and `eq_verf` when `ops` has erf, each taking and returning one vector
+(`isa.vtype`). They are written once, in terms of a few `eqv_*` primitives that this module
+spells per ISA, and they need no -ffast-math:
 
 - exp: x = k*ln2 + r with |r| <= ln2/2 (two-constant Cody-Waite split, FMA), e^r = 1 + expm1(r)
   from its Taylor polynomial, then times 2^k built in the exponent field, in two steps so that a
@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Collection
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
 
-from eqsat.backend_c.isa import VectorIsa
+from eqsat.backend_c.isa import VECTOR_FUNCTIONS, VectorIsa
 
 
 @dataclass(frozen=True)
@@ -127,13 +128,17 @@ ERF_FITS: dict[str, ErfFit] = {
 }
 
 
-def vector_math(isa: VectorIsa) -> str:
-    """C source of `eq_vexp`, `eq_vlog`, `eq_vtanh`, `eq_vsigmoid` and `eq_verf` for `isa`.
+def vector_math(isa: VectorIsa, ops: Collection[str] = tuple(VECTOR_FUNCTIONS)) -> str:
+    """C source of `eq_vexp`, `eq_vlog`, `eq_vtanh` and `eq_vsigmoid` for `isa`, and of `eq_verf`
+    when `ops` (the ops of `VECTOR_FUNCTIONS` a kernel calls) has erf: the largest, so only
+    kernels that call it carry it.
 
     It requires: the source is included once per translation unit, after <math.h> and
     <immintrin.h>, and compiled with `GCC_FLAGS[isa.name]` (AVX-512 F/DQ, or AVX2 + FMA).
     """
-    return _primitives(isa) + _ALGORITHMS.format(**_constants(isa.dtype))
+    constants = _constants(isa.dtype)
+    erf = _ERF.format(**constants) if "erf" in ops else ""
+    return _primitives(isa) + _ALGORITHMS.format(**constants) + erf
 
 
 def _round(value: float | Fraction | Decimal, dtype: str) -> float:
@@ -358,7 +363,10 @@ static inline eqv_f eq_vsigmoid(eqv_f x) {{
     eqv_f numerator = eqv_select(eqv_ge(x, eqv_set(0)), eqv_set(1), e);
     return eqv_div(numerator, eqv_add(eqv_set(1), e));
 }}
+"""
 
+# erf, after _ALGORITHMS (it calls eq_vexp).
+_ERF = """
 /* erf(x): a + a P(a^2) for a = |x| < 1, else 1 - e^(-a^2) R(2 / (2 + a) - t0) with a clamped
    where erf rounds to 1 (so +-inf give +-1); the sign of x put back, NaN for NaN. */
 static inline eqv_f eq_verf(eqv_f x) {{
