@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from eqsat.backend_c.vmath import ErfFit
 
 # Per dtype: the degrees of P and R and the clamp (a little past erfc^-1 of half an ulp of 1:
@@ -33,7 +35,11 @@ def fit_erf(dtype: str) -> tuple[ErfFit, float, float]:
     coefficients), each relative to erf's value."""
     import mpmath as mp  # a development tool only
 
-    mp.mp.dps = DIGITS
+    with mp.workdps(DIGITS):
+        return _fit(dtype, mp)
+
+
+def _fit(dtype: str, mp: Any) -> tuple[ErfFit, float, float]:
     small_degree, large_degree = DEGREES[dtype]
     clamp = mp.mpf(CLAMP[dtype])
 
@@ -94,8 +100,6 @@ def _weighted_fit(
 
 def _round(value: Any, dtype: str) -> float:
     """`value` rounded to `dtype`, as a Python float."""
-    import numpy as np
-
     return float(np.float32(float(value))) if dtype == "float32" else float(value)
 
 
