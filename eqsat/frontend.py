@@ -891,7 +891,10 @@ def _numpy_ufunc(
     name = f"numpy.{ufunc.__name__}"
     function = _NUMPY_UFUNCS.get(ufunc)
     if function is None:
-        raise UnsupportedError(f"{name} is not supported on eqsat tensors; {_SUPPORTED}")
+        if getattr(np, ufunc.__name__, None) is not ufunc:  # another library's, scipy.special's
+            name = f"the ufunc {ufunc.__name__} (not numpy's)"
+        hint = f"; use eqsat.{ufunc.__name__}" if ufunc.__name__ in __all__ else ""
+        raise UnsupportedError(f"{name} is not supported on eqsat tensors{hint}; {_SUPPORTED}")
     if method != "__call__":
         raise UnsupportedError(
             f"{name}.{method} is not supported on eqsat tensors; only {name}(...) is "

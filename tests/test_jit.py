@@ -499,6 +499,13 @@ def test_unsupported_numpy_use_names_it(build: Callable[[Any], Any], message: st
         build(tensor_x())
 
 
+def test_another_librarys_ufunc_is_named_as_such_with_eqsats_function() -> None:
+    special = pytest.importorskip("scipy.special")
+    message = "the ufunc erf (not numpy's) is not supported on eqsat tensors; use eqsat.erf; "
+    with pytest.raises(UnsupportedError, match=re.escape(message)):
+        special.erf(tensor_x())
+
+
 def test_jit_refuses_a_captured_constant_array() -> None:
     W = np.ones((16, 4), dtype=np.float32)
 
