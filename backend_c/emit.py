@@ -62,6 +62,7 @@ _SCALAR_UNARY = {
     "ceil": "ceil{f}({x})",
     "rint": "rint{f}({x})",  # to nearest, ties to even (the default rounding mode), as numpy
     "trunc": "trunc{f}({x})",
+    "erf": "erf{f}({x})",
 }
 _SCALAR_BINARY = {
     "add": "({a} + {b})",
@@ -108,7 +109,7 @@ class _Emitter:
         self.isa = isa
         self.scope: list[Term] = []
         self.fixed: dict[Term, str] = {}  # axes of unrolled loops -> their value in this copy
-        self.uses_math = False  # a vector exp/log/tanh/sigmoid was emitted
+        self.math_ops: set[str] = set()  # ops of VECTOR_FUNCTIONS emitted (vmath's functions)
         self.uses_sign = False  # a scalar sign was emitted (it calls `isa.sign_helper`'s)
         self.uses_prod = False  # a horizontal product was emitted (`horizontal_helper("prod")`)
         self.parallel_depth = 0
@@ -222,7 +223,8 @@ class _Emitter:
             case "Scalar.const":
                 return self.vector.broadcast(self.literal(float(a[0])))  # type: ignore[arg-type]
             case "Scalar.unary":
-                self.uses_math |= a[0] in VECTOR_FUNCTIONS
+                if a[0] in VECTOR_FUNCTIONS:
+                    self.math_ops.add(str(a[0]))
                 return self.vector.unary(str(a[0]), self.vector_scalar(a[1], axis, mask))  # type: ignore
             case "Scalar.binary":
                 x = self.vector_scalar(a[1], axis, mask)  # type: ignore[arg-type]
@@ -787,8 +789,8 @@ def emit(program: LoopProgram, isa: str, symbol: str = "eqsat_kernel") -> str:
         header += ["#include <immintrin.h>", "", emitter.vector.preamble()]
         if emitter.uses_prod:
             header[-1] += "\n" + emitter.vector.horizontal_helper("prod")
-        if emitter.uses_math:
-            header[-1] += "\n" + vector_math(emitter.vector)
+        if emitter.math_ops:
+            header[-1] += "\n" + vector_math(emitter.vector, emitter.math_ops)
     else:
         header += ["", scalar_preamble(program.dtype)]
     if emitter.uses_sign:

@@ -27,6 +27,7 @@ VECTOR_FUNCTIONS = {
     "log": "eq_vlog",
     "tanh": "eq_vtanh",
     "sigmoid": "eq_vsigmoid",
+    "erf": "eq_verf",
 }
 
 COMPARE_PREDICATES = {

@@ -1,8 +1,9 @@
-"""Vector exp, log, tanh and sigmoid as C source for one `VectorIsa`, without libm.
+"""Vector exp, log, tanh, sigmoid and erf as C source for one `VectorIsa`, without libm.
 
-`vector_math(isa)` returns static inline C functions `eq_vexp`, `eq_vlog`, `eq_vtanh` and
-`eq_vsigmoid`, each taking and returning one vector (`isa.vtype`). They are written once, in terms
-of a few `eqv_*` primitives that this module spells per ISA, and they need no -ffast-math:
+`vector_math(isa, ops)` returns static inline C functions `eq_vexp`, `eq_vlog`, `eq_vtanh`,
+`eq_vsigmoid`, and `eq_verf` when `ops` has erf, each taking and returning one vector
+(`isa.vtype`). They are written once, in terms of a few `eqv_*` primitives that this module
+spells per ISA, and they need no -ffast-math:
 
 - exp: x = k*ln2 + r with |r| <= ln2/2 (two-constant Cody-Waite split, FMA), e^r = 1 + expm1(r)
   from its Taylor polynomial, then times 2^k built in the exponent field, in two steps so that a
@@ -12,21 +13,26 @@ of a few `eqv_*` primitives that this module spells per ISA, and they need no -f
 - tanh: t = e / (e + 2) with e = expm1(2|x|) (no cancellation near 0), saturating to 1, with the
   sign of x put back (so tanh(-0) = -0).
 - sigmoid: e = exp(-|x|), then 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0.
+- erf: for a = |x| < 1, a + a * P(a^2); else 1 - exp(-a^2) * R(2 / (2 + a) - t0), a clamped where
+  erf rounds to 1; the sign of x put back (erf(-0) = -0). P and R are polynomials fitted by
+  `python -m eqsat.tools.fit_erf`, which prints `ERF_FITS`.
 
 Accuracy (tests/test_vmath.py, ~1M points over the whole float range, AVX-512 and AVX2 alike):
 max error in ulp of the correctly rounded float32 result / of numpy's float64 result is exp 1/1,
-log 1/1, tanh 2/3, sigmoid 2/2; special values (0, +-inf, NaN, -0, overflow) exact.
+log 1/1, tanh 2/3, sigmoid 2/2, erf 1/1 (float64: of libm's erf, and of the correctly rounded
+value from mpmath too); special values (0, +-inf, NaN, -0, overflow) exact.
 """
 
 from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Collection
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
 
-from eqsat.backend_c.isa import VectorIsa
+from eqsat.backend_c.isa import VECTOR_FUNCTIONS, VectorIsa
 
 
 @dataclass(frozen=True)
@@ -51,13 +57,88 @@ _FORMAT = {
 }
 
 
-def vector_math(isa: VectorIsa) -> str:
-    """C source of `eq_vexp`, `eq_vlog`, `eq_vtanh` and `eq_vsigmoid` for `isa`.
+@dataclass(frozen=True)
+class ErfFit:
+    """erf's polynomials for one dtype (coefficients low degree first, values of the dtype)."""
+
+    small: tuple[float, ...]  # P of a^2, for a = |x| < 1 (erf = a + a * P)
+    large: tuple[float, ...]  # R of 2 / (2 + a) - t0, for 1 <= a <= clamp
+    t0: float
+    clamp: float  # a little past the |x| from which erf rounds to 1
+
+
+# Printed by `python -m eqsat.tools.fit_erf` (tests/test_vmath.py checks this copy against it).
+ERF_FITS: dict[str, ErfFit] = {
+    # fit errors relative to erf: P 1.2e-09, R 4.5e-11
+    "float32": ErfFit(
+        small=(
+            0.12837916612625122,
+            -0.3761262595653534,
+            0.1128358244895935,
+            -0.026853691786527634,
+            0.005188099108636379,
+            -0.0008008189033716917,
+            7.847259257687256e-05,
+        ),
+        large=(
+            0.2565942108631134,
+            0.8570831418037415,
+            0.9692855477333069,
+            0.6322150230407715,
+            0.05811974033713341,
+            -0.23093053698539734,
+        ),
+        t0=0.5014005899429321,
+        clamp=3.95,
+    ),
+    # fit errors relative to erf: P 7.4e-18, R 6.0e-19
+    "float64": ErfFit(
+        small=(
+            0.12837916709551256,
+            -0.37612638903183515,
+            0.1128379167094405,
+            -0.026866170643090832,
+            0.005223977605955977,
+            -0.0008548325921832884,
+            0.00012055293361789941,
+            -1.4924708324571507e-05,
+            1.6447084274239356e-06,
+            -1.6205964194101388e-07,
+            1.3709519207384055e-08,
+            -7.77682913736281e-10,
+        ),
+        large=(
+            0.22204100875529975,
+            0.7784871840461507,
+            0.8898936616755809,
+            0.6184061840411545,
+            0.10383964137872079,
+            -0.20628370767083581,
+            -0.08913873679733439,
+            0.11650220687146683,
+            0.04541932803482385,
+            -0.09501717087920844,
+            -0.0019100025773669327,
+            0.07985301793197348,
+            -0.051740407299671894,
+        ),
+        t0=0.4591194968553459,
+        clamp=5.95,
+    ),
+}
+
+
+def vector_math(isa: VectorIsa, ops: Collection[str] = tuple(VECTOR_FUNCTIONS)) -> str:
+    """C source of `eq_vexp`, `eq_vlog`, `eq_vtanh` and `eq_vsigmoid` for `isa`, and of `eq_verf`
+    when `ops` (the ops of `VECTOR_FUNCTIONS` a kernel calls) has erf: the largest, so only
+    kernels that call it carry it.
 
     It requires: the source is included once per translation unit, after <math.h> and
     <immintrin.h>, and compiled with `GCC_FLAGS[isa.name]` (AVX-512 F/DQ, or AVX2 + FMA).
     """
-    return _primitives(isa) + _ALGORITHMS.format(**_constants(isa.dtype))
+    constants = _constants(isa.dtype)
+    erf = _ERF.format(**constants) if "erf" in ops else ""
+    return _primitives(isa) + _ALGORITHMS.format(**constants) + erf
 
 
 def _round(value: float | Fraction | Decimal, dtype: str) -> float:
@@ -88,6 +169,7 @@ def _constants(dtype: str) -> dict[str, str]:
     mant, bias = fmt.mant, fmt.bias
     sqrt_half_bits = _bits(math.sqrt(0.5), dtype)
     one_bits = _bits(1.0, dtype)
+    erf = ERF_FITS[dtype]
 
     def lit(value: float | Fraction) -> str:
         return _literal(float(value), dtype)
@@ -98,6 +180,10 @@ def _constants(dtype: str) -> dict[str, str]:
         "log2e": lit(log2e),
         "expm1_poly": _horner("r", [lit(c) for c in expm1]),
         "atanh_poly": _horner("z", [lit(c) for c in atanh]),
+        "erf_small_poly": _horner("a2", [lit(c) for c in erf.small], "small"),
+        "erf_large_poly": _horner("u", [lit(c) for c in erf.large], "r"),
+        "erf_t0": lit(erf.t0),
+        "erf_clamp": lit(erf.clamp),
         "exp_lo": lit(fmt.exp_lo),
         "exp_hi": lit(fmt.exp_hi),
         "two_tanh_one": lit(2 * fmt.tanh_one),
@@ -119,10 +205,14 @@ def _bits(value: float, dtype: str) -> int:
     return int(struct.unpack(code[1], struct.pack(code[0], value))[0])
 
 
-def _horner(var: str, coefficients: list[str]) -> str:
-    """C statements leaving c[0] + var*(c[1] + var*(...)) in `p` (coefficients low to high)."""
-    lines = [f"    eqv_f p = eqv_set({coefficients[-1]});"]
-    lines += [f"    p = eqv_fma(p, {var}, eqv_set({c}));" for c in reversed(coefficients[:-1])]
+def _horner(var: str, coefficients: list[str], result: str = "p") -> str:
+    """C statements leaving c[0] + var*(c[1] + var*(...)) in `result` (coefficients low to
+    high)."""
+    lines = [f"    eqv_f {result} = eqv_set({coefficients[-1]});"]
+    lines += [
+        f"    {result} = eqv_fma({result}, {var}, eqv_set({c}));"
+        for c in reversed(coefficients[:-1])
+    ]
     return "\n".join(lines)
 
 
@@ -272,5 +362,24 @@ static inline eqv_f eq_vsigmoid(eqv_f x) {{
     eqv_f e = eq_vexp(eqv_or(x, sign));
     eqv_f numerator = eqv_select(eqv_ge(x, eqv_set(0)), eqv_set(1), e);
     return eqv_div(numerator, eqv_add(eqv_set(1), e));
+}}
+"""
+
+# erf, after _ALGORITHMS (it calls eq_vexp).
+_ERF = """
+/* erf(x): a + a P(a^2) for a = |x| < 1, else 1 - e^(-a^2) R(2 / (2 + a) - t0) with a clamped
+   where erf rounds to 1 (so +-inf give +-1); the sign of x put back, NaN for NaN. */
+static inline eqv_f eq_verf(eqv_f x) {{
+    eqv_f sign = eqv_set(-0.0);
+    eqv_f a = eqv_andnot(sign, x);
+    eqv_f a2 = eqv_mul(a, a);
+{erf_small_poly}
+    small = eqv_fma(a, small, a);
+    eqv_f clamped = eqv_min(eqv_set({erf_clamp}), a);  /* NaN passes */
+    eqv_f u = eqv_sub(eqv_div(eqv_set(2), eqv_add(clamped, eqv_set(2))), eqv_set({erf_t0}));
+{erf_large_poly}
+    eqv_f gauss = eq_vexp(eqv_fnma(clamped, clamped, eqv_set(0)));  /* e^(-a^2) */
+    eqv_f large = eqv_fnma(gauss, r, eqv_set(1));
+    return eqv_or(eqv_select(eqv_lt(a, eqv_set(1)), small, large), eqv_and(sign, x));
 }}
 """

@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load lazily (
         clip,
         concatenate,
         cos,
+        erf,
         exp,
         expm1,
         floor,
@@ -97,9 +98,9 @@ _PUBLIC = {
     ),
     **dict.fromkeys(
         [
-            "Tensor", "abs", "ceil", "clip", "concatenate", "cos", "exp", "expm1", "floor",
-            "gelu", "layernorm", "log", "log1p", "matmul", "max", "maximum", "mean", "min",
-            "minimum", "pad", "prod", "relu", "rint", "sigmoid", "sign", "sin", "softmax",
+            "Tensor", "abs", "ceil", "clip", "concatenate", "cos", "erf", "exp", "expm1",
+            "floor", "gelu", "layernorm", "log", "log1p", "matmul", "max", "maximum", "mean",
+            "min", "minimum", "pad", "prod", "relu", "rint", "sigmoid", "sign", "sin", "softmax",
             "split", "sqrt", "stack", "std", "sum", "tanh", "tensor", "transpose", "trunc",
             "var", "where",
         ],

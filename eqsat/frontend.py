@@ -27,6 +27,7 @@ from egglog import get_callable_args, get_callable_fn
 
 from eqsat.core import shapes
 from eqsat.core.errors import (
+    ArgumentError,
     DTypeError,
     IndexingError,
     ShapeError,
@@ -43,6 +44,7 @@ __all__ = [
     "clip",
     "concatenate",
     "cos",
+    "erf",
     "exp",
     "expm1",
     "floor",
@@ -579,6 +581,12 @@ def tanh(x: Tensor) -> Tensor:
     return _unary("tanh", x)
 
 
+def erf(x: Tensor) -> Tensor:
+    """Elementwise error function, 2/sqrt(pi) times the integral of exp(-t^2) from 0 to x
+    (scipy.special.erf's values; numpy has none): erf(+-0) = +-0, erf(+-inf) = +-1."""
+    return _unary("erf", x)
+
+
 def sigmoid(x: Tensor) -> Tensor:
     """Elementwise 1 / (1 + exp(-x))."""
     return _unary("sigmoid", x)
@@ -743,9 +751,29 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     return e / e.sum(axis, keepdims=True)
 
 
-def gelu(x: Tensor) -> Tensor:
-    """The tanh form: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))."""
+_GELU_FORMS = {"tanh": "tanh", True: "tanh", "none": "none", False: "none"}
+
+
+def gelu(x: Tensor, approximate: str | bool = "tanh") -> Tensor:
+    """GELU, x times the standard normal CDF of x, in one of two forms:
+
+    - `approximate="tanh"` (the default, or True as in jax):
+      0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)));
+    - `approximate="none"` (or False), the exact form: 0.5 * x * (1 + erf(x / sqrt(2))).
+
+    The names are torch's (`torch.nn.functional.gelu(x, approximate='none'|'tanh')`) and the
+    booleans jax's (`jax.nn.gelu(x, approximate=True)`). The default is jax's and eqsat's
+    before the exact form existed, so a program keeps its values; torch's default is "none".
+    It requires: `approximate` one of "tanh", "none", True, False (else ArgumentError).
+    """
     x = _require(x, "gelu")
+    form = _GELU_FORMS.get(approximate) if isinstance(approximate, str | bool) else None
+    if form is None:
+        raise ArgumentError(
+            f"gelu: approximate must be 'tanh' or 'none' (or True or False), got {approximate!r}"
+        )
+    if form == "none":
+        return 0.5 * x * (1.0 + erf(x * math.sqrt(0.5)))
     inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)
     return 0.5 * x * (1.0 + tanh(inner))
 
@@ -1028,7 +1056,10 @@ def _numpy_ufunc(
     name = f"numpy.{ufunc.__name__}"
     function = _NUMPY_UFUNCS.get(ufunc)
     if function is None:
-        raise UnsupportedError(f"{name} is not supported on eqsat tensors; {_SUPPORTED}")
+        if getattr(np, ufunc.__name__, None) is not ufunc:  # another library's, scipy.special's
+            name = f"the ufunc {ufunc.__name__} (not numpy's)"
+        hint = f"; use eqsat.{ufunc.__name__}" if ufunc.__name__ in __all__ else ""
+        raise UnsupportedError(f"{name} is not supported on eqsat tensors{hint}; {_SUPPORTED}")
     if method != "__call__":
         raise UnsupportedError(
             f"{name}.{method} is not supported on eqsat tensors; only {name}(...) is "

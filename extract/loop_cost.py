@@ -68,6 +68,7 @@ LOOP_OVERHEAD = 1.0  # cycles per iteration (increment, compare, branch)
 PARALLEL_CALL_RESTARTS = 4.0
 PARALLEL_START = 10_000.0
 UNARY_CYCLES = {"exp": 10.0, "log": 10.0, "tanh": 14.0, "sigmoid": 12.0, "sqrt": 6.0}
+UNARY_CYCLES["erf"] = 22.0  # eq_verf: ~2.1x eq_vexp's time per vector (docs/MEASUREMENTS.md)
 # libm's scalar functions (no vector form): per element, an order of magnitude (not measured)
 UNARY_CYCLES.update(dict.fromkeys(("log1p", "expm1", "sin", "cos"), 20.0))
 BINARY_CYCLES = {"div": 4.0}

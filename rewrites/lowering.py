@@ -34,7 +34,7 @@ from eqsat.core.errors import DTypeError, ShapeError
 from eqsat.core.terms import REDUCE_IDENTITY, LoopProgram, Term, index_list
 
 EXPENSIVE_UNARY = frozenset(
-    {"exp", "log", "tanh", "sigmoid", "sqrt", "log1p", "expm1", "sin", "cos"}
+    {"exp", "log", "tanh", "sigmoid", "sqrt", "erf", "log1p", "expm1", "sin", "cos"}
 )
 CONTRACTION = "k"  # the name of a matmul's contraction axis (a depth tile splits only it)
 PACK_MIN_ROWS = 8  # rows of the left operand that reuse each copied element of the right one

@@ -35,6 +35,7 @@ UNARY = {
     "cos": eqsat.cos,
     "expm1": lambda t: eqsat.expm1(eqsat.tanh(t)),
     "log1p": lambda t: eqsat.log1p(eqsat.abs(t)),
+    "erf": eqsat.erf,
 }
 BINARY = {
     "add": lambda a, b: a + b,

@@ -6,6 +6,7 @@ shapes it computes on `np.zeros` arrays and for whether it raises.
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 from eqsat import frontend as F
 from eqsat.core import shapes
-from eqsat.core.errors import DTypeError, EqsatError, ShapeError, UnsupportedError
+from eqsat.core.errors import ArgumentError, DTypeError, EqsatError, ShapeError, UnsupportedError
 from eqsat.core.terms import Term, to_term
 from eqsat.frontend import Tensor, tensor
 
@@ -361,6 +362,7 @@ def test_scalars_adopt_the_tensor_dtype() -> None:
         ("sqrt", lambda: F.sqrt([1.0])),  # type: ignore[arg-type]
         ("mean", lambda: F.mean([1.0])),  # type: ignore[arg-type]
         ("gelu", lambda: F.gelu(0.5)),  # type: ignore[arg-type]
+        ("erf", lambda: F.erf(0.5)),  # type: ignore[arg-type]
         ("maximum", lambda: F.maximum(1.0, 2.0)),
         ("where", lambda: F.where(1.0, 2.0, 3.0)),
     ],
@@ -496,7 +498,23 @@ def test_matmul_of_vectors_reshapes() -> None:
     assert (v @ tensor("w", (3,))).shape == ()
 
 
-MATH_OPS = ("log1p", "expm1", "sin", "cos", "sign", "floor", "ceil", "rint", "trunc")
+MATH_OPS = ("log1p", "expm1", "sin", "cos", "sign", "floor", "ceil", "rint", "trunc", "erf")
+
+
+def test_gelu_forms_by_torch_names_and_jax_booleans() -> None:
+    exact = F.gelu(x32, approximate="none")
+    assert term(exact) == term(0.5 * x32 * (1.0 + F.erf(x32 * math.sqrt(0.5))))
+    assert term(F.gelu(x32, approximate=False)) == term(exact)
+    tanh_form = 0.5 * x32 * (1.0 + F.tanh(math.sqrt(2 / math.pi) * (x32 + 0.044715 * x32**3)))
+    assert term(F.gelu(x32)) == term(tanh_form)  # the default
+    assert term(F.gelu(x32, approximate="tanh")) == term(tanh_form)
+    assert term(F.gelu(x32, approximate=True)) == term(tanh_form)
+
+
+@pytest.mark.parametrize("approximate", ["exact", "Tanh", 1, 0, None, "erf"])
+def test_gelu_refuses_other_forms(approximate: Any) -> None:
+    with pytest.raises(ArgumentError, match=r"^gelu: approximate must be 'tanh' or 'none'"):
+        F.gelu(x32, approximate=approximate)
 
 
 def test_unary_and_comparison_op_names() -> None:
@@ -596,7 +614,7 @@ def _random_program(data: st.DataObject, dtype: str) -> Tensor:
             weight = tensor(name, x.shape[axis % x.ndim :], dtype)
             x = F.layernorm(x, weight, weight * 0.5, axis=axis)
         elif kind == "gelu":
-            x = F.gelu(x)
+            x = F.gelu(x, approximate=data.draw(st.sampled_from(["tanh", "none"])))
         elif kind == "matmul" and x.ndim:
             x = x @ tensor(name, (x.shape[-1], data.draw(dims)), dtype)
             if x.ndim >= 2 and data.draw(st.booleans()):

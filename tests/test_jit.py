@@ -7,6 +7,7 @@ compiled) and by numpy on float64 copies of the same arrays (the reference, ARCH
 from __future__ import annotations
 
 import inspect
+import math
 import operator
 import pickle
 import re
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 import eqsat
 from eqsat.api import CompileOptions
 from eqsat.core.errors import ArgumentError, DTypeError, ShapeError, UnsupportedError
+from eqsat.tools.workloads import numpy_gelu
 from eqsat.tracing import ArraySpec, Static
 from tests.programs import assert_close
 
@@ -225,6 +227,34 @@ def chain_of(steps: list[Step]) -> Callable[..., Any]:
 @given(steps_st)
 def test_random_numpy_elementwise_chains_match_numpy(steps: list[Step]) -> None:
     assert_matches_numpy(chain_of(steps), arrays(X, X, ROW))
+
+
+# ------------------------------------------------------------------ exact gelu (erf)
+
+
+def numpy_gelu_exact(x: np.ndarray) -> np.ndarray:
+    """0.5 * x * (1 + erf(x / sqrt(2))) in float64, with math.erf (numpy has no erf)."""
+    x = np.asarray(x, np.float64)
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_exact_gelu_through_jit_and_compile_matches_numpy(dtype: str) -> None:
+    rng = np.random.default_rng(11)
+    x = rng.uniform(-6, 6, (37, 19)).astype(dtype)
+    w = (rng.standard_normal((19, 23)) / 4).astype(dtype)
+
+    @eqsat.jit
+    def layer(x: Any, w: Any) -> Any:
+        return eqsat.gelu(x @ w, approximate="none")
+
+    assert_close(layer(x, w), numpy_gelu_exact(x.astype(np.float64) @ w), dtype)
+    # Elementwise, closer than the tanh form comes (it is up to ~5e-4 off on these inputs).
+    kernel = eqsat.compile(eqsat.gelu(eqsat.tensor("x", x.shape, dtype), approximate=False))
+    want = numpy_gelu_exact(x)
+    bound = 2e-6 if dtype == "float32" else 1e-14
+    assert np.abs(kernel(x) - want).max() <= bound
+    assert np.abs(numpy_gelu(x.astype(np.float64)) - want).max() > 100 * bound
 
 
 # ------------------------------------------------------------------ @eqsat.jit: caching
@@ -467,6 +497,13 @@ def tensor_x() -> eqsat.Tensor:
 def test_unsupported_numpy_use_names_it(build: Callable[[Any], Any], message: str) -> None:
     with pytest.raises(UnsupportedError, match=re.escape(message)):
         build(tensor_x())
+
+
+def test_another_librarys_ufunc_is_named_as_such_with_eqsats_function() -> None:
+    special = pytest.importorskip("scipy.special")
+    message = "the ufunc erf (not numpy's) is not supported on eqsat tensors; use eqsat.erf; "
+    with pytest.raises(UnsupportedError, match=re.escape(message)):
+        special.erf(tensor_x())
 
 
 def test_jit_refuses_a_captured_constant_array() -> None:

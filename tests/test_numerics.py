@@ -28,6 +28,7 @@ from eqsat.rewrites.lowering import lower
 from tests.machines import PINNED
 from tests.programs import assert_close, compiled
 from tests.test_loops import at, inner, named, nest, outer
+from tests.test_vmath import ulp_distance
 
 ISAS = ("avx512", "avx2", "scalar")
 TINY = np.float32(1e-40)  # a float32 subnormal
@@ -544,3 +545,43 @@ def test_any_and_all_follow_numpy_with_special_values(isa: str) -> None:
     for name, (expr, want) in programs.items():
         kernel = eqsat.compile(expr, isa=isa, progress=False, limits=LIMITS)
         np.testing.assert_array_equal(kernel(data), want.astype(np.float32), err_msg=name)
+
+
+# erf, which numpy lacks, through the C at every ISA and in both dtypes: the vector form
+# (eq_verf) in whole vectors and AVX-512's masked tails, libm's erff/erf in scalar code and AVX2's
+# remainders; against the interpreter (libm's float64 erf) rounded to the dtype.
+ERF_MAX_ULP = 4
+
+
+def erf_inputs(dtype: str) -> np.ndarray:
+    """NaN, +-inf, +-0, the extremes, subnormals up to 1 (both signs) and a dense [-7, 7]: past
+    where erf rounds to +-1 in either dtype. Not a whole number of vectors."""
+    info = np.finfo(dtype)
+    specials = [np.nan, np.inf, -np.inf, 0.0, -0.0, info.smallest_subnormal, info.max]
+    tiny_to_one = np.geomspace(info.smallest_subnormal, 1, 3000)
+    values = np.concatenate([specials, tiny_to_one, np.linspace(-7, 7, 20003)])
+    return np.concatenate([values, -values, [0.5]]).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("isa", ISAS)
+def test_erf_through_the_compiled_c_is_within_4_ulp(isa: str, dtype: str) -> None:
+    data = erf_inputs(dtype)
+    x = eqsat.tensor("x", data.shape, dtype)
+    kernel = eqsat.compile(eqsat.erf(x), isa=isa, progress=False, limits=LIMITS)
+    vector_form = "eq_verf(" in kernel.c_source
+    assert vector_form == (isa != "scalar"), "erf's vector form in vector code only"
+    got = kernel(data)
+    term = to_term(eqsat.erf(x).expr)
+    assert isinstance(term, Term)
+    want = evaluate(term, {"x": data.astype(np.float64)}).astype(dtype)
+    assert np.array_equal(np.isnan(got), np.isnan(data)), "NaN exactly where the input is NaN"
+    numbers = ~np.isnan(data)
+    assert np.array_equal(np.signbit(got[numbers]), np.signbit(data[numbers])), "erf(-0) = -0"
+    assert np.array_equal(got[np.isinf(data)], np.sign(data[np.isinf(data)])), "erf(+-inf)"
+    distance = ulp_distance(got[numbers], want[numbers])
+    worst = int(np.argmax(distance))
+    assert distance[worst] <= ERF_MAX_ULP, (
+        f"erf({data[numbers][worst]!r}) = {got[numbers][worst]!r}, expected "
+        f"{want[numbers][worst]!r}: {distance[worst]} ulp"
+    )

@@ -4,12 +4,14 @@ and vectorized exp/log/tanh/sigmoid in kernels built by `eqsat.compile`.
 Each function runs through a small C harness built from the same `VectorIsa` methods the emitter
 uses (full vectors, then a masked AVX-512 tail or a padded AVX2 remainder). References: the
 float64 numpy result rounded to float32 for float32, numpy float64 for float64 (sigmoid, which
-numpy lacks, from a stable formula in the next wider type).
+numpy lacks, from a stable formula in the next wider type; erf, which numpy lacks too, from libm's
+float64 erf, `math.erf`, within an ulp of the exact value).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +22,7 @@ import pytest
 import eqsat
 from eqsat.backend_c.build import build_library
 from eqsat.backend_c.isa import GCC_FLAGS, VECTOR_FUNCTIONS, VectorIsa
-from eqsat.backend_c.vmath import vector_math
+from eqsat.backend_c.vmath import ERF_FITS, vector_math
 from eqsat.extract.machine import ISA_LEVELS, host
 
 OPS = tuple(VECTOR_FUNCTIONS)
@@ -109,6 +111,7 @@ REFERENCE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "log": np.log,
     "tanh": np.tanh,
     "sigmoid": _sigmoid,
+    "erf": lambda x: np.array([math.erf(v) for v in x.astype(np.float64)]),
 }
 
 
@@ -199,6 +202,14 @@ def samples(op: str, dtype: str) -> np.ndarray:
             _around(normal, 1.0, n, rng),
             rng.uniform(-40, 40, n),
         ],
+        "erf": [
+            near_zero,
+            rng.uniform(-7, 7, n),
+            _around(1.0, 0.02, n, rng),  # where the two polynomials meet
+            _around(0.0, 4.0, n, rng),  # |x| in 0.5..4, where erf bends towards 1
+            _around(ERF_FITS[dtype].clamp, 0.3, n, rng),  # saturation to 1
+            -_around(ERF_FITS[dtype].clamp, 0.3, n, rng),
+        ],
     }[op]
     points = np.concatenate([_finite_bits(rng, dtype, RANDOM_POINTS), *dense]).astype(dtype)
     return points[: points.size - points.size % 16 - 11]  # not a whole number of vectors
@@ -234,6 +245,8 @@ SPECIALS = {
              (-30.0, -1.0), (1e-30, 1e-30), (-1e-30, -1e-30)],
     "sigmoid": [(-INF, 0.0), (INF, 1.0), (NAN, NAN), (0.0, 0.5), (-0.0, 0.5), (-1e4, 0.0),
                 (1e4, 1.0), (800.0, 1.0)],
+    "erf": [(0.0, 0.0), (-0.0, -0.0), (INF, 1.0), (-INF, -1.0), (NAN, NAN), (6.0, 1.0),
+            (-6.0, -1.0), (1e30, 1.0), (-1e30, -1.0)],
 }  # fmt: skip
 
 
@@ -262,9 +275,16 @@ def test_exp_gradual_underflow(isa_name: str) -> None:
     assert (got > 0).all()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_erf_fits_are_what_the_fitting_tool_prints(dtype: str) -> None:
+    from eqsat.tools.fit_erf import fit_erf
+
+    assert fit_erf(dtype)[0] == ERF_FITS[dtype]
+
+
 # ------------------------------------------------------------------ end to end
 
-_LIBM_CALL = re.compile(r"\b(exp|log|tanh)f?\(")
+_LIBM_CALL = re.compile(r"\b(exp|log|tanh|erf)f?\(")
 _COMMENT = re.compile(r"/\*.*?\*/", re.DOTALL)
 
 

@@ -7,6 +7,7 @@ done in the dtype of the arrays given, so a float64 run is the reference for a f
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -14,6 +15,15 @@ import numpy as np
 
 from eqsat.core.loops import split_tile, trips_here
 from eqsat.core.terms import Arg, LoopProgram, Term, index_items
+
+
+def _erf(x: Any) -> Any:
+    """erf elementwise in x's dtype (numpy has none): libm's erf of each element in float64
+    (within an ulp of float64), rounded to x's dtype; a scalar for a 0-d x, as ufuncs give."""
+    x = np.asarray(x)
+    values = np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64))
+    return np.asarray(values, np.float64).astype(x.dtype)[()]
+
 
 UNARY: dict[str, Callable[[Any], Any]] = {
     "neg": np.negative,
@@ -33,6 +43,7 @@ UNARY: dict[str, Callable[[Any], Any]] = {
     "ceil": np.ceil,
     "rint": np.rint,
     "trunc": np.trunc,
+    "erf": _erf,
 }
 
 BINARY: dict[str, Callable[[Any, Any], Any]] = {

@@ -13,7 +13,7 @@ from eqsat.core.terms import Term, index_items
 # Ops the C backend has a vector form for; any other op keeps a loop scalar.
 # (log1p, expm1, sin and cos have no vector form yet: their loops run libm's scalar functions)
 VECTOR_UNARY = frozenset(
-    {"neg", "abs", "sqrt", "relu", "exp", "log", "tanh", "sigmoid", "sign"}
+    {"neg", "abs", "sqrt", "relu", "exp", "log", "tanh", "sigmoid", "erf", "sign"}
     | {"floor", "ceil", "rint", "trunc"}
 )
 

@@ -54,6 +54,7 @@ UNARY_OPS = (
     "ceil",
     "rint",
     "trunc",
+    "erf",
 )
 ARITH_OPS = ("add", "sub", "mul", "div", "max", "min")
 COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")  # 1.0 where true, 0.0 where false
