@@ -132,6 +132,25 @@ CORPUS: dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]] = {
     "power-features": (lambda x: np.abs(x) ** 1.5 + np.abs(x) ** 0.5, [(N, D)]),
     "sinusoid-features": (lambda x: np.sin(x) + np.cos(2 * x), [(N, D)]),
     "weighted-row-sum": (lambda x, w: np.sum(x * w, axis=1), [(N, D), (D,)]),
+    # indexing, joins and splits
+    "first-columns": (lambda x: x[:, :10] * 2, [(N, D)]),
+    "differences": (lambda x: x[1:] - x[:-1], [(N, D)]),
+    "outer-differences": (lambda a, b: np.abs(a[:, None] - b[None, :]), [(N,), (K,)]),
+    "moving-average": (
+        lambda x: (
+            (np.pad(x, ((0, 0), (1, 1)))[:, :-2] + x + np.pad(x, ((0, 0), (1, 1)))[:, 2:]) / 3
+        ),
+        [(N, D)],
+    ),
+    "feature-concat": (
+        lambda x, y, w: np.concatenate([x, y * y], axis=1) @ w,
+        [(N, D), (N, K), (D + K, 8)],
+    ),
+    "glu": (
+        lambda x: np.split(x, 2, axis=1)[0] / (1 + np.exp(-np.split(x, 2, axis=1)[1])),
+        [(N, D)],
+    ),
+    "last-row-softmax": (lambda x: _softmax(x[-1:, ::-1]), [(N, D)]),
 }
 
 
