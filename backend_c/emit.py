@@ -41,7 +41,7 @@ from eqsat.core.loops import (
     unit_stride_axes,
     vectorizable,
 )
-from eqsat.core.terms import REDUCE_IDENTITY, LoopProgram, Term, index_items
+from eqsat.core.terms import REDUCE_IDENTITY, LoopProgram, Term, index_items, index_list
 
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _SCALAR_UNARY = {
@@ -197,6 +197,8 @@ class _Emitter:
                 return self.element(str(a[0]), a[1])  # type: ignore[arg-type]
             case "Scalar.const":
                 return self.literal(float(a[0]))  # type: ignore[arg-type]
+            case "Scalar.index":
+                return f"({self.ctype})({self.index_expr(a[0])})"  # type: ignore[arg-type]
             case "Scalar.unary":
                 x = self.scalar(a[1])  # type: ignore[arg-type]
                 self.uses_sign |= a[0] == "sign"
@@ -222,6 +224,11 @@ class _Emitter:
                 return self.vector.load(f"&{element}", mask)
             case "Scalar.const":
                 return self.vector.broadcast(self.literal(float(a[0])))  # type: ignore[arg-type]
+            case "Scalar.index":
+                first = f"({self.ctype})({self.index_expr(a[0])})"  # type: ignore[arg-type]
+                if access_kind(index_list([a[0]]), axis) == "uniform":  # type: ignore[list-item]
+                    return self.vector.broadcast(first)
+                return self.vector.lane_values(first)
             case "Scalar.unary":
                 if a[0] in VECTOR_FUNCTIONS:
                     self.math_ops.add(str(a[0]))

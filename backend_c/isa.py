@@ -123,6 +123,11 @@ class VectorIsa:
     def broadcast(self, scalar: str) -> str:
         return f"{self._fn('set1')}({scalar})"
 
+    def lane_values(self, first: str) -> str:
+        """Lane j = first + j: the values of an index that steps by one a lane."""
+        steps = ", ".join(str(lane) for lane in range(self.lanes))
+        return self.binary("add", self.broadcast(first), f"{self._fn('setr')}({steps})")
+
     def tail_mask(self, count: str) -> str:
         """Mask with the low `count` lanes set (AVX-512 only), 0 < count < lanes."""
         return f"(({self.mask_type})((1u << ({count})) - 1u))"

@@ -310,6 +310,16 @@ class Tensor:
         """Minimum over `axis`, as -max(-x): a NaN propagates, as in numpy."""
         return -((-self).max(axis, keepdims))
 
+    def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
+        """The index of the first maximum along `axis` (None: of the flattened tensor), as a
+        number of the tensor's dtype (`_arg_extreme`)."""
+        return _arg_extreme("argmax", self, axis, keepdims)
+
+    def argmin(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
+        """The index of the first minimum along `axis` (None: of the flattened tensor), as a
+        number of the tensor's dtype (`_arg_extreme`)."""
+        return _arg_extreme("argmin", self, axis, keepdims)
+
     def mean(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
         """Mean over `axis`: the sum times 1/count."""
         total = self.sum(axis, keepdims)
@@ -549,6 +559,30 @@ def _reduce(op: str, x: Tensor, axis: Axes, keepdims: bool) -> Tensor:
         kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
         result = _reshape(result, kept)
     return result
+
+
+def _arg_extreme(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
+    """numpy.argmax / argmin: the first index along `axis` where `x` holds its maximum
+    (minimum), or its first NaN if it has one (numpy's rule), as the smallest of `arange`'s
+    values where that holds (the axis' extent elsewhere). The index is a number of `x`'s dtype,
+    as comparisons give 1.0/0.0 (exact up to 2**24 in float32).
+
+    It requires: `axis` an int or None (a tuple is a ShapeError, as in numpy).
+    """
+    if isinstance(axis, tuple):
+        raise ShapeError(f"{op}: axis must be an int or None, got {axis}")
+    flat = x.reshape(-1) if axis is None else x
+    dim = 0 if axis is None else shapes.normalize_axis(op, axis, x.shape)
+    extreme = flat.max(dim, keepdims=True) if op == "argmax" else flat.min(dim, keepdims=True)
+    hit = maximum(flat == extreme, flat != flat)  # 1.0 at the extreme, or at every NaN if any
+    n = flat.shape[dim]
+    positions = Tensor(TExpr.arange(n), (n,), x.dtype).reshape(n, *(1,) * (flat.ndim - dim - 1))
+    first = where(hit, positions, float(n)).min(dim)
+    if not keepdims:
+        return first
+    return _reshape(
+        first, (1,) * x.ndim if axis is None else flat.shape[:dim] + (1,) + flat.shape[dim + 1 :]
+    )
 
 
 def _short_form(expr: TExpr) -> str:
@@ -989,6 +1023,8 @@ _NUMPY_FUNCTIONS: dict[Callable[..., Any], _NumpyFunction] = {
     np.reshape: _NumpyFunction(_reshape_to, 2, frozenset({"shape"})),
     np.where: _NumpyFunction(where, 3),
     np.dot: _NumpyFunction(_dot, 2),
+    np.argmax: _NumpyFunction(Tensor.argmax, 2, _REDUCTION_KEYWORDS),
+    np.argmin: _NumpyFunction(Tensor.argmin, 2, _REDUCTION_KEYWORDS),
     np.concatenate: _NumpyFunction(concatenate, 2, frozenset({"axis"})),
     np.stack: _NumpyFunction(stack, 2, frozenset({"axis"})),
     np.split: _NumpyFunction(split, 3, frozenset({"indices_or_sections", "axis"})),

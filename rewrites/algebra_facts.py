@@ -133,6 +133,7 @@ def _shapes(
 
     yield rule(eq(r).to(TExpr.input(name, s, dtype))).then(shape_is(s))
     yield rule(eq(r).to(TExpr.const(value))).then(shape_is(Vec[i64].empty()))
+    yield rule(eq(r).to(TExpr.arange(k))).then(shape_is(Vec[i64].empty().push(k)))
     yield rule(eq(r).to(TExpr.unary(op, x)), eq(a).to(shape_of(x))).then(shape_is(a))
     yield rule(eq(r).to(TExpr.binary(op, x, y)), eq(a).to(shape_of(x)), eq(b).to(shape_of(y))).then(
         wants_broadcast(a, b)
@@ -196,6 +197,7 @@ def _operands(
     others = (
         TExpr.input(name, s, dtype),
         TExpr.const(value),
+        TExpr.arange(m),
         TExpr.unary(op, x),
         TExpr.where(x, y, z),
         TExpr.reduce(op, axis, x),

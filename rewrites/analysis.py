@@ -167,6 +167,7 @@ def _loads_rules(
     op: String,
     ix: IndexList,
     number: f64,
+    position: Index,
     loads_x: Set[String],
     loads_y: Set[String],
     loads_z: Set[String],
@@ -178,6 +179,10 @@ def _loads_rules(
     )
     # loads(number) = {}
     yield rule(eq(value).to(Scalar.const(number)), name="loads-of-const").then(
+        set_(loads(value)).to(EMPTY)
+    )
+    # loads(index value) = {}
+    yield rule(eq(value).to(Scalar.index(position)), name="loads-of-index").then(
         set_(loads(value)).to(EMPTY)
     )
     # loads(op(x)) = loads(x)

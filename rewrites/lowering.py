@@ -136,6 +136,8 @@ class _Lowering:
                 return load(self.buffer_of_input[str(a[0])], idx)
             case "TExpr.const":
                 return Term("Scalar.const", (float(a[0]),))  # type: ignore[arg-type]
+            case "TExpr.arange":
+                return Term("Scalar.index", (idx[0],))
             case "TExpr.unary":
                 return Term("Scalar.unary", (a[0], self.value_at(a[1], idx)))  # type: ignore
             case "TExpr.binary":

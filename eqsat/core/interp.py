@@ -118,6 +118,8 @@ def _eval_node(
             return np.broadcast_to(ev(a[0]), a[1])  # type: ignore[arg-type]
         case "TExpr.reshape":
             return np.reshape(ev(a[0]), a[1])
+        case "TExpr.arange":
+            return np.arange(int(a[0]), dtype=np.float64)  # type: ignore[call-overload]
         case "TExpr.concat":
             return np.concatenate((ev(a[0]), ev(a[1])), axis=int(a[2]))  # type: ignore[arg-type]
         case "TExpr.slice":
@@ -184,6 +186,8 @@ class _Machine:
                 return self.buffers[str(a[0])][self.element(a[1])]  # type: ignore[arg-type,index]
             case "Scalar.const":
                 return self.dtype.type(a[0])
+            case "Scalar.index":
+                return self.dtype.type(self.index(a[0]))  # type: ignore[arg-type]
             case "Scalar.unary":
                 return self.dtype.type(UNARY[str(a[0])](self.scalar(a[1])))  # type: ignore[arg-type]
             case "Scalar.binary":

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from eqsat.core.terms import Term, index_items
+from eqsat.core.terms import Term, index_items, index_list
 
 # Ops the C backend has a vector form for; any other op keeps a loop scalar.
 # (log1p, expm1, sin and cos have no vector form yet: their loops run libm's scalar functions)
@@ -124,10 +124,14 @@ def loads_in(scalar: Term) -> list[Term]:
     return [load for a in scalar.args if isinstance(a, Term) for load in loads_in(a)]
 
 
-def _vector_ops_ok(scalar: Term) -> bool:
+def _vector_ops_ok(scalar: Term, axis: Term) -> bool:
+    """Every op of `scalar` has a vector form in a loop over `axis` (an index's value does when
+    it is the same in every lane or steps by one a lane)."""
     if scalar.op == "Scalar.unary" and scalar.args[0] not in VECTOR_UNARY:
         return False
-    return all(_vector_ops_ok(a) for a in scalar.args if isinstance(a, Term))
+    if scalar.op == "Scalar.index":
+        return access_kind(index_list([scalar.args[0]]), axis) is not None  # type: ignore[list-item]
+    return all(_vector_ops_ok(a, axis) for a in scalar.args if isinstance(a, Term))
 
 
 def vectorizable(axis: Term, body: Term) -> bool:
@@ -138,7 +142,7 @@ def vectorizable(axis: Term, body: Term) -> bool:
     buffer, target, value = body.args[0], body.args[1], body.args[-1]
     assert isinstance(target, Term) and isinstance(value, Term)
     loads = loads_in(value)
-    if any(load.args[0] == buffer for load in loads) or not _vector_ops_ok(value):
+    if any(load.args[0] == buffer for load in loads) or not _vector_ops_ok(value, axis):
         return False
     if any(access_kind(load.args[1], axis) is None for load in loads):  # type: ignore[arg-type]
         return False

@@ -48,6 +48,8 @@ def format_tensor(t: Term) -> str:
             return f"broadcast_to({sub[0]}, {a[1]})"
         case "TExpr.reshape":
             return f"reshape({sub[0]}, {a[1]})"
+        case "TExpr.arange":
+            return f"arange({a[0]})"
         case "TExpr.concat":
             return f"concatenate(({sub[0]}, {sub[1]}), axis={a[2]})"
         case "TExpr.slice":
@@ -105,6 +107,8 @@ def format_scalar(t: Term) -> str:
             return _element(a[0], a[1])
         case "Scalar.const":
             return f"{a[0]:g}"  # type: ignore[str-format]
+        case "Scalar.index":
+            return f"float({_index(a[0])})"  # type: ignore[arg-type]
         case "Scalar.unary":
             return f"{a[0]}({format_scalar(a[1])})"  # type: ignore[arg-type]
         case "Scalar.binary":

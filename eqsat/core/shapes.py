@@ -192,6 +192,8 @@ def _infer_node(term: Term, shape_of: _ShapeOf) -> Shape:
             return broadcast_to(shape_of(args[0]), _ints(args[1]))
         case "TExpr.reshape":
             return reshape(shape_of(args[0]), _ints(args[1]))
+        case "TExpr.arange":
+            return validate_shape((args[0],), "arange")
         case "TExpr.concat":
             return concatenate(shape_of(args[0]), shape_of(args[1]), _int(args[2]))
         case "TExpr.slice":

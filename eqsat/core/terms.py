@@ -110,6 +110,10 @@ class TExpr(Expr):
         """numpy.reshape(x, shape) in row-major order."""
 
     @classmethod
+    def arange(cls, n: i64Like) -> TExpr:
+        """numpy.arange(n) in the program's dtype: 0, 1, ..., n - 1 (n >= 1)."""
+
+    @classmethod
     def concat(cls, a: TExpr, b: TExpr, axis: i64Like) -> TExpr:
         """numpy.concatenate((a, b), axis): equal shapes but along `axis` (0 <= axis < rank)."""
 
@@ -188,6 +192,10 @@ class Scalar(Expr):
 
     @classmethod
     def const(cls, value: f64Like) -> Scalar: ...
+
+    @classmethod
+    def index(cls, index: Index) -> Scalar:
+        """The value of an index, as a number of the program's dtype (`TExpr.arange`)."""
 
     @classmethod
     def unary(cls, op: StringLike, x: Scalar) -> Scalar: ...
