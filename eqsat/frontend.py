@@ -35,6 +35,7 @@ from eqsat.core.errors import (
     UnsupportedError,
 )
 from eqsat.core.shapes import Shape
+from eqsat.core.subscripts import Labels, parse_subscripts
 from eqsat.core.terms import DTYPES, TExpr, to_term
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "clip",
     "concatenate",
     "cos",
+    "einsum",
     "erf",
     "exp",
     "expm1",
@@ -777,6 +779,108 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     return _reshape(result, shape)
 
 
+def einsum(subscripts: str, *operands: Tensor | float, optimize: object = False) -> Tensor:
+    """numpy.einsum: `einsum("ij,jk->ik", a, b)` is `a @ b`. The subscripts are numpy's
+    (`eqsat.core.subscripts`: implicit or explicit output, `...`, size-1 dims broadcast); the
+    operands are tensors or scalars.
+
+    The operands are contracted left to right, two at a time, into matmuls, transposes,
+    broadcasting multiplies and sums, which eqsat's rules then optimize like any program: a pair
+    is a matmul (`_matrix_product`) when one label is summed over, both operands have it with
+    one extent, and one operand has a label the other lacks; else a multiply and a sum.
+    `optimize` is accepted for numpy's signature and ignored.
+
+    It requires: subscripts as `parse_subscripts` requires (no letter twice in one operand: no
+    diagonals or traces); at least one Tensor; the Tensors share one dtype.
+    """
+    del optimize  # numpy's contraction order option: eqsat orders and optimizes the work itself
+    tensors = _operands("einsum", operands)
+    spec = parse_subscripts(subscripts, [t.shape for t in tensors])
+    result, labels = tensors[0], spec.inputs[0]
+    for position in range(1, len(tensors)):
+        needed = set(spec.output).union(*spec.inputs[position + 1 :])
+        result, labels = _contract(result, labels, tensors[position], spec.inputs[position], needed)
+    result, labels = _sum_labels(result, labels, set(spec.output))
+    return result.transpose([labels.index(label) for label in spec.output])
+
+
+# einsum: labels of the size-1 axes that stand in for a matrix product's missing row or column
+# (a vector operand), removed from the product.
+_ROW, _COLUMN = "(row)", "(column)"
+
+
+def _contract(
+    x: Tensor, x_labels: Labels, y: Tensor, y_labels: Labels, needed: set[str]
+) -> tuple[Tensor, Labels]:
+    """`x` times `y` (one label per axis each; equal labels multiply), summed over the labels
+    not `needed` (later or in the output), and the labels of the result's axes."""
+    order = tuple(dict.fromkeys((*x_labels, *y_labels)))
+    summed = [label for label in order if label not in needed]
+    if len(summed) == 1 and _is_matrix_product(x, x_labels, y, y_labels, summed[0]):
+        return _matrix_product(x, x_labels, y, y_labels, summed[0])
+    product = _arranged(x, x_labels, order) * _arranged(y, y_labels, order)
+    return _sum_labels(product, order, needed)
+
+
+def _is_matrix_product(x: Tensor, x_labels: Labels, y: Tensor, y_labels: Labels, k: str) -> bool:
+    """Whether summing `x` times `y` over `k` alone is a matrix product: both have `k`, with one
+    extent, and one has a label the other lacks (else it is a dot product, batched or not)."""
+    return (
+        k in x_labels
+        and k in y_labels
+        and x.shape[x_labels.index(k)] == y.shape[y_labels.index(k)]
+        and set(x_labels) != set(y_labels)
+    )
+
+
+def _matrix_product(
+    x: Tensor, x_labels: Labels, y: Tensor, y_labels: Labels, k: str
+) -> tuple[Tensor, Labels]:
+    """`x` times `y` summed over `k` as one `matmul`, and the labels of its axes: the last label
+    only `x` has is the row dim, the last only `y` has the column dim (a size-1 axis stands in
+    for a missing one), and every other label is a batch dim, which `matmul` broadcasts where an
+    operand lacks it.
+
+    It requires: `_is_matrix_product(x, x_labels, y, y_labels, k)`.
+    """
+    x_only = [label for label in x_labels if label not in y_labels]
+    y_only = [label for label in y_labels if label not in x_labels]
+    row = x_only.pop() if x_only else _ROW
+    column = y_only.pop() if y_only else _COLUMN
+    shared = [label for label in x_labels if label in y_labels and label != k]
+    batch = (*shared, *x_only, *y_only)
+    product = matmul(
+        _arranged(x, x_labels, batch, (row, k)), _arranged(y, y_labels, batch, (k, column))
+    )
+    labels = (*batch, row, column)
+    kept = tuple(label for label in labels if label not in (_ROW, _COLUMN))
+    return _reshape(product, tuple(product.shape[labels.index(label)] for label in kept)), kept
+
+
+def _arranged(t: Tensor, labels: Labels, batch: Labels, core: Labels = ()) -> Tensor:
+    """`t` (one label per axis) with its axes in the order of `batch` + `core` and a size-1 axis
+    for each of those labels it lacks, except the batch labels before its first one (numpy
+    broadcasting adds those in front).
+
+    It requires: every label of `labels` is in `batch` + `core`.
+    """
+    order = (*batch, *core)
+    present = [label for label in order if label in labels]
+    t = t.transpose([labels.index(label) for label in present])
+    start = next((i for i, label in enumerate(batch) if label in labels), len(batch))
+    shape = tuple(
+        t.shape[present.index(label)] if label in labels else 1 for label in order[start:]
+    )
+    return _reshape(t, shape)
+
+
+def _sum_labels(t: Tensor, labels: Labels, kept: set[str]) -> tuple[Tensor, Labels]:
+    """`t` (one label per axis) summed over the axes whose labels are not `kept`, and the
+    labels of the axes left."""
+    summed = tuple(axis for axis, label in enumerate(labels) if label not in kept)
+    return t.sum(summed), tuple(label for label in labels if label in kept)
+
+
 def softmax(x: Tensor, axis: int = -1) -> Tensor:
     """exp(x - max) / sum(exp(x - max)) over one axis (max subtracted for stability)."""
     x = _require(x, "softmax")
@@ -996,10 +1100,11 @@ _NUMPY_UFUNCS: dict[np.ufunc, Callable[..., Tensor]] = {
 
 class _NumpyFunction(NamedTuple):
     """A numpy function as `function(*args, **kwargs)`: numpy's first `positional` parameters
-    are the frontend function's, and of the rest only `keywords` may be passed (by name)."""
+    (any number if None) are the frontend function's, and of the rest only `keywords` may be
+    passed (by name)."""
 
     function: Callable[..., Tensor]
-    positional: int
+    positional: int | None
     keywords: frozenset[str] = frozenset()
 
 
@@ -1029,6 +1134,7 @@ _NUMPY_FUNCTIONS: dict[Callable[..., Any], _NumpyFunction] = {
     np.stack: _NumpyFunction(stack, 2, frozenset({"axis"})),
     np.split: _NumpyFunction(split, 3, frozenset({"indices_or_sections", "axis"})),
     np.pad: _NumpyFunction(pad, 3, frozenset({"pad_width", "mode", "constant_values"})),
+    np.einsum: _NumpyFunction(einsum, None, frozenset({"optimize"})),
 }
 
 # Python operators of Tensor (its dunder methods) as a user writes them.
@@ -1115,7 +1221,7 @@ def _numpy_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     entry = _NUMPY_FUNCTIONS.get(func)
     if entry is None:
         raise UnsupportedError(f"{name} is not supported on eqsat tensors; {_SUPPORTED}")
-    if len(args) > entry.positional:
+    if entry.positional is not None and len(args) > entry.positional:
         raise UnsupportedError(
             f"{name}: eqsat takes at most {entry.positional} positional arguments, got {len(args)}"
         )
