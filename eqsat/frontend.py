@@ -790,10 +790,15 @@ def einsum(subscripts: str, *operands: Tensor | float, optimize: object = False)
     one extent, and one operand has a label the other lacks; else a multiply and a sum.
     `optimize` is accepted for numpy's signature and ignored.
 
-    It requires: subscripts as `parse_subscripts` requires (no letter twice in one operand: no
-    diagonals or traces); at least one Tensor; the Tensors share one dtype.
+    It requires: `subscripts` a str, as `parse_subscripts` requires (no letter twice in one
+    operand: no diagonals or traces); at least one Tensor; the Tensors share one dtype.
     """
     del optimize  # numpy's contraction order option: eqsat orders and optimizes the work itself
+    if not isinstance(subscripts, str):
+        raise UnsupportedError(
+            f"einsum: the subscripts must be a str such as 'ij,jk->ik', got {subscripts!r} "
+            "(numpy's interleaved form einsum(a, [0, 1], b, [1, 2]) is not supported)"
+        )
     tensors = _operands("einsum", operands)
     spec = parse_subscripts(subscripts, [t.shape for t in tensors])
     result, labels = tensors[0], spec.inputs[0]

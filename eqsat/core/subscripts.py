@@ -9,9 +9,8 @@ then the letters that appear in one operand only, in ASCII order (uppercase firs
 extents in different operands must be equal or 1 (the 1 broadcasts, as in numpy).
 
 Errors name what is wrong: `ShapeError` (a ValueError, as numpy raises) for subscripts that are
-malformed or do not fit the operands; `UnsupportedError` for what eqsat does not build: a letter
-repeated within one operand (a diagonal or trace), and numpy's interleaved form
-`einsum(a, [0, 1], b, [1, 2])`.
+malformed or do not fit the operands; `UnsupportedError` for a letter repeated within one
+operand (a diagonal or trace), which eqsat does not build.
 """
 
 from __future__ import annotations
@@ -38,20 +37,15 @@ def ellipsis_labels(count: int) -> Labels:
     return tuple(f"...{i}" for i in range(count, 0, -1))
 
 
-def parse_subscripts(subscripts: object, operand_shapes: Sequence[Shape]) -> Subscripts:
+def parse_subscripts(subscripts: str, operand_shapes: Sequence[Shape]) -> Subscripts:
     """The labels of `subscripts` ("ij,jk->ik", "...ij,...jk"; spaces ignored) for operands of
     `operand_shapes`.
 
-    It requires: a str with one comma-separated term per operand, each with one letter per axis,
+    It requires: one comma-separated term per operand, each with one letter per axis,
     or fewer and one `...` for the rest; no letter twice in a term; each letter's extents, and
     the `...` dims, equal or 1 across operands; an explicit output of distinct letters that
     appear in the inputs, with a `...` if the inputs' `...` stand for any dims.
     """
-    if not isinstance(subscripts, str):
-        raise UnsupportedError(
-            f"einsum: the subscripts must be a str such as 'ij,jk->ik', got {subscripts!r} "
-            "(numpy's interleaved form einsum(a, [0, 1], b, [1, 2]) is not supported)"
-        )
     text = "".join(subscripts.split())
     if text.count("->") > 1:
         raise ShapeError(f"einsum: subscripts {subscripts!r} have more than one '->'")
