@@ -151,6 +151,17 @@ CORPUS: dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]] = {
         [(N, D)],
     ),
     "last-row-softmax": (lambda x: _softmax(x[-1:, ::-1]), [(N, D)]),
+    # einsum
+    "einsum-linear": (lambda x, w: np.einsum("nd,dk->nk", x, w), [(N, D), (D, K)]),
+    "einsum-row-dots": (lambda x, y: np.einsum("nd,nd->n", x, y), [(N, D), (N, D)]),
+    "einsum-bilinear": (
+        lambda x, w, y: np.einsum("ni,ij,nj->n", x, w, y),
+        [(N, D), (D, D), (N, D)],
+    ),
+    "einsum-batched-scores": (
+        lambda q, k: np.einsum("bqd,bkd->bqk", q, k) / 4.0,
+        [(2, N, 16), (2, K, 16)],
+    ),
 }
 
 
