@@ -56,6 +56,8 @@ def ops_in(t: Term) -> set[str]:
         ("bij,bjk->bik", [(5, 2, 3), (5, 3, 4)], lambda a, b: a @ b),
         ("j,jk->k", [(3,), (3, 4)], lambda a, b: a @ b),
         ("ij,j->i", [(2, 3), (3,)], lambda a, b: a @ b),
+        ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)], lambda q, k: q @ k.transpose(0, 1, 3, 2)),
+        ("ij,jk,k->i", [(2, 3), (3, 4), (4,)], lambda a, b, v: (a @ b) @ v),
         ("ij->ji", [(2, 3)], lambda a: a.T),
         ("ij->i", [(2, 3)], lambda a: a.sum(axis=1)),
         ("ij->", [(2, 3)], lambda a: a.sum()),
