@@ -786,9 +786,9 @@ def einsum(subscripts: str, *operands: Tensor | float, optimize: object = False)
 
     The operands are contracted left to right, two at a time, into matmuls, transposes,
     broadcasting multiplies and sums, which eqsat's rules then optimize like any program: a pair
-    is a matmul (`_matrix_product`) when one label is summed over, both operands have it with
-    one extent, and one operand has a label the other lacks; else a multiply and a sum.
-    `optimize` is accepted for numpy's signature and ignored.
+    is a matmul, batched over the other labels, when one label is summed over, both operands
+    have it with one extent, and one operand has a label the other lacks; else a multiply and a
+    sum. `optimize` is accepted for numpy's signature and ignored.
 
     It requires: `subscripts` a str, as `parse_subscripts` requires (no letter twice in one
     operand: no diagonals or traces); at least one Tensor; the Tensors share one dtype.
@@ -862,17 +862,17 @@ def _matrix_product(
     return _reshape(product, tuple(product.shape[labels.index(label)] for label in kept)), kept
 
 
-def _arranged(t: Tensor, labels: Labels, batch: Labels, core: Labels = ()) -> Tensor:
-    """`t` (one label per axis) with its axes in the order of `batch` + `core` and a size-1 axis
-    for each of those labels it lacks, except the batch labels before its first one (numpy
+def _arranged(t: Tensor, labels: Labels, outer: Labels, inner: Labels = ()) -> Tensor:
+    """`t` (one label per axis) with its axes in the order of `outer` + `inner` and a size-1 axis
+    for each of those labels it lacks, except the `outer` ones before its first (numpy
     broadcasting adds those in front).
 
-    It requires: every label of `labels` is in `batch` + `core`.
+    It requires: every label of `labels` is in `outer` + `inner`.
     """
-    order = (*batch, *core)
+    order = (*outer, *inner)
     present = [label for label in order if label in labels]
     t = t.transpose([labels.index(label) for label in present])
-    start = next((i for i, label in enumerate(batch) if label in labels), len(batch))
+    start = next((i for i, label in enumerate(outer) if label in labels), len(outer))
     shape = tuple(
         t.shape[present.index(label)] if label in labels else 1 for label in order[start:]
     )
