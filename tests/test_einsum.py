@@ -210,16 +210,6 @@ def test_a_pair_is_one_sum_of_products_as_in_numpy() -> None:
     assert_specials_agree(kernel(a, b), want, wide)  # type: ignore[arg-type]
 
 
-def test_einsum_in_a_jit_function() -> None:
-    @eqsat.jit(limits=LIMITS, progress=False)
-    def scores(q: Any, k: Any) -> Any:
-        return np.einsum("bqd,bkd->bqk", q, k) / 4.0
-
-    rng = np.random.default_rng(1)
-    q, k = rng.standard_normal((2, 5, 16)), rng.standard_normal((2, 7, 16))
-    assert_close(scores(q, k), np.einsum("bqd,bkd->bqk", q, k) / 4.0, "float64")
-
-
 # ------------------------------------------------------------------ errors
 
 
