@@ -37,14 +37,19 @@ def ellipsis_labels(count: int) -> Labels:
     return tuple(f"...{i}" for i in range(count, 0, -1))
 
 
+def _is_ellipsis(label: str) -> bool:
+    """Whether `label` is one of `ellipsis_labels`, not a letter."""
+    return label.startswith("...")
+
+
 def parse_subscripts(subscripts: str, operand_shapes: Sequence[Shape]) -> Subscripts:
     """The labels of `subscripts` ("ij,jk->ik", "...ij,...jk"; spaces ignored) for operands of
     `operand_shapes`.
 
-    It requires: one comma-separated term per operand, each with one letter per axis,
-    or fewer and one `...` for the rest; no letter twice in a term; each letter's extents, and
-    the `...` dims, equal or 1 across operands; an explicit output of distinct letters that
-    appear in the inputs, with a `...` if the inputs' `...` stand for any dims.
+    It requires: one comma-separated term per operand, each with one letter per axis, or fewer
+    and one `...` for the rest; no letter twice in a term; each letter's extents, and the `...`
+    dims, equal or 1 across operands; an explicit output of distinct letters that appear in the
+    inputs, with a `...` if the inputs' `...` stand for any dims.
     """
     text = "".join(subscripts.split())
     if text.count("->") > 1:
@@ -61,11 +66,11 @@ def parse_subscripts(subscripts: str, operand_shapes: Sequence[Shape]) -> Subscr
         for position, (term, shape) in enumerate(zip(terms, operand_shapes, strict=True))
     )
     _check_extents(inputs, operand_shapes)
-    ellipsis_rank = max(sum(label.startswith("...") for label in labels) for labels in inputs)
+    ellipsis_rank = max(sum(map(_is_ellipsis, labels)) for labels in inputs)
     if arrow:
         output = _output_labels(output_text, inputs, ellipsis_rank)
     else:
-        letters = [label for labels in inputs for label in labels if not label.startswith("...")]
+        letters = [label for labels in inputs for label in labels if not _is_ellipsis(label)]
         once = sorted(letter for letter in set(letters) if letters.count(letter) == 1)
         output = (*ellipsis_labels(ellipsis_rank), *once)
     return Subscripts(inputs, output)
@@ -121,7 +126,7 @@ def _check_extents(inputs: Sequence[Labels], operand_shapes: Sequence[Shape]) ->
         try:
             shapes.broadcast("einsum", *((extent,) for _, extent in found))
         except ShapeError:
-            name = f"index {label!r}" if label[0] != "." else f"the dim {label} of '...'"
+            name = f"the dim {label} of '...'" if _is_ellipsis(label) else f"index {label!r}"
             listed = ", ".join(f"{extent} in operand {position}" for position, extent in found)
             raise ShapeError(
                 f"einsum: {name} has extents {listed}; they must be equal (or 1, to broadcast)"
