@@ -781,17 +781,18 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
 
 def einsum(subscripts: str, *operands: Tensor | float, optimize: object = False) -> Tensor:
     """numpy.einsum: `einsum("ij,jk->ik", a, b)` is `a @ b`. The subscripts are numpy's
-    (`eqsat.core.subscripts`: implicit or explicit output, `...`, size-1 dims broadcast); the
-    operands are tensors or scalars.
+    (`eqsat.core.subscripts`: implicit or explicit output, `...`, size-1 dims broadcast, a
+    letter repeated in one operand for a diagonal); the operands are tensors or scalars.
 
-    The operands are contracted left to right, two at a time, into matmuls, transposes,
-    broadcasting multiplies and sums, which eqsat's rules then optimize like any program: a pair
-    is a matmul, batched over the other labels, when one label is summed over, both operands
-    have it with one extent, and one operand has a label the other lacks; else a multiply and a
-    sum. `optimize` is accepted for numpy's signature and ignored.
+    Each operand's diagonals are taken first (`_diagonals`); the operands are then contracted
+    left to right, two at a time, into matmuls, transposes, broadcasting multiplies and sums,
+    which eqsat's rules then optimize like any program: a pair is a matmul, batched over the
+    other labels, when one label is summed over, both operands have it with one extent, and one
+    operand has a label the other lacks; else a multiply and a sum. `optimize` is accepted for
+    numpy's signature and ignored.
 
-    It requires: `subscripts` a str, as `parse_subscripts` requires (no letter twice in one
-    operand: no diagonals or traces); at least one Tensor; the Tensors share one dtype.
+    It requires: `subscripts` a str, as `parse_subscripts` requires; at least one Tensor; the
+    Tensors share one dtype.
     """
     del optimize  # numpy's contraction order option: eqsat orders and optimizes the work itself
     if not isinstance(subscripts, str):
@@ -801,12 +802,32 @@ def einsum(subscripts: str, *operands: Tensor | float, optimize: object = False)
         )
     tensors = _operands("einsum", operands)
     spec = parse_subscripts(subscripts, [t.shape for t in tensors])
-    result, labels = tensors[0], spec.inputs[0]
-    for position in range(1, len(tensors)):
+    views = [_diagonals(t, labels) for t, labels in zip(tensors, spec.inputs, strict=True)]
+    result, labels = views[0]
+    for position in range(1, len(views)):
         needed = set(spec.output).union(*spec.inputs[position + 1 :])
-        result, labels = _contract(result, labels, tensors[position], spec.inputs[position], needed)
+        result, labels = _contract(result, labels, *views[position], needed)
     result, labels = _sum_labels(result, labels, set(spec.output))
     return result.transpose([labels.index(label) for label in spec.output])
+
+
+def _diagonals(t: Tensor, labels: Labels) -> tuple[Tensor, Labels]:
+    """`t` (one label per axis) with the axes of each label it repeats replaced by one axis,
+    their diagonal (numpy.einsum's 'ii->i'), and the labels of its axes. A diagonal is a view:
+    the two axes moved last, merged into one of n*n elements and read with step n + 1.
+
+    It requires: the axes of a label have one extent.
+    """
+    while len(set(labels)) < len(labels):
+        label = next(label for at, label in enumerate(labels) if label in labels[:at])
+        first = labels.index(label)
+        second = labels.index(label, first + 1)
+        others = [axis for axis in range(len(labels)) if axis not in (first, second)]
+        n = t.shape[first]
+        moved = t.transpose([*others, first, second])
+        t = moved.reshape(*moved.shape[:-2], n * n)[..., :: n + 1]
+        labels = (*(labels[axis] for axis in others), label)
+    return t, labels
 
 
 # einsum: labels of the size-1 axes that stand in for a matrix product's missing row or column

@@ -5,12 +5,12 @@ result by a label: `Subscripts(inputs=(("i", "j"), ("j", "k")), output=("i", "k"
 (a-z, A-Z) is its own label. The dims that `...` stands for are labelled from the right
 (`ellipsis_labels`: "...1" is the last), so that they line up across operands as numpy
 broadcasting lines them up. Without `->` the output is numpy's implicit one: the `...` dims,
-then the letters that appear in one operand only, in ASCII order (uppercase first). A label's
-extents in different operands must be equal or 1 (the 1 broadcasts, as in numpy).
+then the letters that appear once in the subscripts, in ASCII order (uppercase first). A label's
+extents in different operands must be equal or 1 (the 1 broadcasts, as in numpy); a letter
+repeated within one operand (a diagonal, 'ii->i', or a trace, 'ii') names axes of one extent.
 
-Errors name what is wrong: `ShapeError` (a ValueError, as numpy raises) for subscripts that are
-malformed or do not fit the operands; `UnsupportedError` for a letter repeated within one
-operand (a diagonal or trace), which eqsat does not build.
+Errors are `ShapeError`s (ValueErrors, as numpy raises) that name what is wrong: subscripts that
+are malformed or do not fit the operands.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from eqsat.core import shapes
-from eqsat.core.errors import ShapeError, UnsupportedError
+from eqsat.core.errors import ShapeError
 from eqsat.core.shapes import Shape
 
 Labels = tuple[str, ...]
@@ -47,9 +47,9 @@ def parse_subscripts(subscripts: str, operand_shapes: Sequence[Shape]) -> Subscr
     `operand_shapes`.
 
     It requires: one comma-separated term per operand, each with one letter per axis, or fewer
-    and one `...` for the rest; no letter twice in a term; each letter's extents, and the `...`
-    dims, equal or 1 across operands; an explicit output of distinct letters that appear in the
-    inputs, with a `...` if the inputs' `...` stand for any dims.
+    and one `...` for the rest; a letter's axes in one operand of one extent; each letter's
+    extents, and the `...` dims, equal or 1 across operands; an explicit output of distinct
+    letters that appear in the inputs, with a `...` if the inputs' `...` stand for any dims.
     """
     text = "".join(subscripts.split())
     if text.count("->") > 1:
@@ -99,13 +99,6 @@ def _operand_labels(term: str, shape: Shape, position: int) -> Labels:
     """The labels of operand `position`'s axes, from its term of the subscripts."""
     where = f"operand {position}"
     before, after, has_ellipsis = _split_term(term, where)
-    repeated = _repeated(before + after)
-    if repeated:
-        raise UnsupportedError(
-            f"einsum: index {repeated!r} appears twice in {where} ({term!r}): diagonals and "
-            "traces are not supported; take np.diagonal or np.trace of that array in numpy "
-            "and pass the result as an input"
-        )
     ellipsis_rank = len(shape) - len(before) - len(after)
     if ellipsis_rank < 0 or (ellipsis_rank > 0 and not has_ellipsis):
         raise ShapeError(
@@ -113,21 +106,29 @@ def _operand_labels(term: str, shape: Shape, position: int) -> Labels:
             f"{term!r} name {len(before) + len(after)}"
             + ("" if has_ellipsis else " and have no '...' for the rest")
         )
-    return (*before, *ellipsis_labels(ellipsis_rank), *after)
+    labels = (*before, *ellipsis_labels(ellipsis_rank), *after)
+    for letter in dict.fromkeys(before + after):
+        extents = sorted({n for label, n in zip(labels, shape, strict=True) if label == letter})
+        if len(extents) > 1:
+            raise ShapeError(
+                f"einsum: index {letter!r} appears more than once in {where} ({term!r}), on "
+                f"axes of extents {' and '.join(map(str, extents))}; a diagonal needs one extent"
+            )
+    return labels
 
 
 def _check_extents(inputs: Sequence[Labels], operand_shapes: Sequence[Shape]) -> None:
     """A ShapeError naming the label whose extents neither agree nor broadcast (equal or 1)."""
-    extents: dict[str, list[tuple[int, int]]] = {}  # label -> (operand, extent) pairs
+    extents: dict[str, dict[int, int]] = {}  # label -> operand -> extent
     for position, (labels, shape) in enumerate(zip(inputs, operand_shapes, strict=True)):
         for label, extent in zip(labels, shape, strict=True):
-            extents.setdefault(label, []).append((position, extent))
+            extents.setdefault(label, {})[position] = extent
     for label, found in extents.items():
         try:
-            shapes.broadcast("einsum", *((extent,) for _, extent in found))
+            shapes.broadcast("einsum", *((extent,) for extent in found.values()))
         except ShapeError:
             name = f"the dim {label} of '...'" if _is_ellipsis(label) else f"index {label!r}"
-            listed = ", ".join(f"{extent} in operand {position}" for position, extent in found)
+            listed = ", ".join(f"{extent} in operand {at}" for at, extent in found.items())
             raise ShapeError(
                 f"einsum: {name} has extents {listed}; they must be equal (or 1, to broadcast)"
             ) from None
