@@ -236,6 +236,8 @@ def test_a_pair_is_one_sum_of_products_as_in_numpy() -> None:
         ("i->i->i", [(2,)], ShapeError, "have more than one '->'"),
         ("i1", [(2, 3)], ShapeError, "operand 0 ('i1') has '1'; indices are letters a-z, A-Z"),
         ("i.j", [(2, 3)], ShapeError, "operand 0 ('i.j') has a '.' that is not part of one"),
+        (". ..", [(2, 3)], ShapeError, "operand 0 ('. ..') has a '.' that is not part of one"),
+        ("i\tj", [(2, 3)], ShapeError, "operand 0 ('i\\tj') has '\\t'; indices are letters"),
         ("i......", [(2, 3)], ShapeError, "has a '.' that is not part of one '...'"),
         ("ij->i.", [(2, 3)], ShapeError, "the output ('i.') has a '.' that is not part of"),
         ("ii", [(2, 3)], ShapeError, "index 'i' appears more than once in operand 0 ('ii'), "
@@ -276,7 +278,7 @@ def test_unsupported_einsum_calls_name_what_is_wrong(
 def subscripts_and_shapes(draw: st.DrawFn) -> tuple[str, list[Shape]]:
     """Subscripts from einsum's tokens, valid or not, and operand shapes that fit them or are
     off by a dim, an extent or an operand."""
-    token = st.sampled_from(["i", "j", "k", "K", "...", "i", "j", ".", ",", "->", " "])
+    token = st.sampled_from(["i", "j", "k", "K", "...", "i", "j", ".", ",", "->", " ", "\t"])
     subscripts = "".join(draw(st.lists(token, min_size=0, max_size=8)))
     terms = subscripts.partition("->")[0].split(",")
     extents = {letter: draw(st.integers(1, 3)) for letter in "ijkK"}

@@ -43,18 +43,17 @@ def _is_ellipsis(label: str) -> bool:
 
 
 def parse_subscripts(subscripts: str, operand_shapes: Sequence[Shape]) -> Subscripts:
-    """The labels of `subscripts` ("ij,jk->ik", "...ij,...jk"; spaces ignored) for operands of
-    `operand_shapes`.
+    """The labels of `subscripts` ("ij,jk->ik", "...ij,...jk"; spaces between the letters,
+    `...`, `,` and `->` ignored) for operands of `operand_shapes`.
 
     It requires: one comma-separated term per operand, each with one letter per axis, or fewer
     and one `...` for the rest; a letter's axes in one operand of one extent; each letter's
     extents, and the `...` dims, equal or 1 across operands; an explicit output of distinct
     letters that appear in the inputs, with a `...` if the inputs' `...` stand for any dims.
     """
-    text = "".join(subscripts.split())
-    if text.count("->") > 1:
+    if subscripts.count("->") > 1:
         raise ShapeError(f"einsum: subscripts {subscripts!r} have more than one '->'")
-    inputs_text, arrow, output_text = text.partition("->")
+    inputs_text, arrow, output_text = subscripts.partition("->")
     terms = inputs_text.split(",")
     if len(terms) != len(operand_shapes):
         raise ShapeError(
@@ -77,9 +76,10 @@ def parse_subscripts(subscripts: str, operand_shapes: Sequence[Shape]) -> Subscr
 
 
 def _split_term(term: str, where: str) -> tuple[str, str, bool]:
-    """The letters of `term` before and after its `...`, and whether it has one; `where` names
-    the term in errors ("operand 0", "the output")."""
-    before, ellipsis, after = term.partition("...")
+    """The letters of `term` before and after its `...`, and whether it has one (spaces are
+    ignored, as numpy ignores them); `where` names the term in errors ("operand 0", "the
+    output")."""
+    before, ellipsis, after = (part.replace(" ", "") for part in term.partition("..."))
     for char in before + after:
         if char == ".":
             raise ShapeError(f"einsum: {where} ({term!r}) has a '.' that is not part of one '...'")
