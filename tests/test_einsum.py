@@ -130,20 +130,20 @@ def einsum_problems(draw: st.DrawFn) -> tuple[str, list[Shape]]:
         own = {label: 1 if draw(st.integers(0, 7)) == 0 else extents[label] for label in labels}
         dims = [own[label] for label in labels]
         if batch is not None and draw(st.booleans()):
-            own = batch[draw(st.integers(0, len(batch))) :]
+            ellipsis_dims = batch[draw(st.integers(0, len(batch))) :]
             at = draw(st.integers(0, len(labels)))
             labels[at:at] = ["..."]
-            dims[at:at] = [1 if draw(st.integers(0, 3)) == 0 else d for d in own]
+            dims[at:at] = [1 if draw(st.integers(0, 3)) == 0 else d for d in ellipsis_dims]
         terms.append("".join(labels))
         shapes.append(tuple(dims))
     subscripts = ",".join(terms)
     if draw(st.booleans()):
         used = sorted({char for t in terms for char in t if char.isalpha()})
         output = draw(st.permutations(used))[: draw(st.integers(0, len(used)))]
-        ellipsis_dims = max(
+        ellipsis_rank = max(
             len(s) - sum(c.isalpha() for c in t) for t, s in zip(terms, shapes, strict=True)
         )
-        if ellipsis_dims or draw(st.booleans()):
+        if ellipsis_rank or draw(st.booleans()):
             output.insert(draw(st.integers(0, len(output))), "...")
         subscripts += "->" + "".join(output)
     return subscripts, shapes
