@@ -153,6 +153,15 @@ def programs(draw: st.DrawFn, max_ops: int = 4, dims: st.SearchStrategy[int] = D
     return Program([x], inputs, dtype)
 
 
+def ops_in(t: Term) -> set[str]:
+    """The constructors in term `t`."""
+    found = {t.op}
+    for arg in t.args:
+        if isinstance(arg, Term):
+            found |= ops_in(arg)
+    return found
+
+
 def reference(program: Program) -> list[np.ndarray]:
     """The outputs computed by the interpreter in float64 (ARCHITECTURE §9's reference)."""
     from eqsat.core.interp import evaluate

@@ -35,14 +35,6 @@ def tensors(*shapes: Shape, dtype: str = "float32") -> list[eqsat.Tensor]:
     return [eqsat.tensor(f"x{i}", shape, dtype) for i, shape in enumerate(shapes)]
 
 
-def ops_in(t: Term) -> set[str]:
-    found = {t.op}
-    for arg in t.args:
-        if isinstance(arg, Term):
-            found |= ops_in(arg)
-    return found
-
-
 # ------------------------------------------------------------------ the terms einsum builds
 
 

@@ -22,6 +22,7 @@ from eqsat.core import shapes
 from eqsat.core.errors import ArgumentError, DTypeError, EqsatError, ShapeError, UnsupportedError
 from eqsat.core.terms import Term, to_term
 from eqsat.frontend import Tensor, tensor
+from tests.programs import ops_in
 
 FAST = settings(max_examples=60, deadline=None)
 
@@ -50,14 +51,6 @@ def ours(fn: Callable[[], Any]) -> tuple[int, ...] | None:
     except ShapeError:
         return None
     return result.shape if isinstance(result, Tensor) else result
-
-
-def ops_in(t: Term) -> set[str]:
-    found = {t.op}
-    for arg in t.args:
-        if isinstance(arg, Term):
-            found |= ops_in(arg)
-    return found
 
 
 @st.composite
