@@ -94,7 +94,10 @@ def _weighted_fit(
     solution = mp.qr_solve(rows, values)[0]
     coefficients = [solution[j] for j in range(degree + 1)]
     grid = [low + (high - low) * k / (4 * NODES) for k in range(4 * NODES + 1)]
-    error = max(abs(weight(u) * (mp.polyval(coefficients[::-1], u) - target(u))) for u in grid)
+    error = max(
+        abs(weight(u) * (sum(c * u**j for j, c in enumerate(coefficients)) - target(u)))
+        for u in grid
+    )
     return coefficients, float(error)
 
 
