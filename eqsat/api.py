@@ -70,7 +70,7 @@ class Candidate:
     source: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class Optimized:
     """What the optimizer chose, and why (`report()`). Constructed by keyword only."""
 
@@ -155,6 +155,17 @@ class Optimized:
     @property
     def expr(self) -> str:
         return "; ".join(format_tensor(t) for t in self.chosen)
+
+    def __repr__(self) -> str:
+        """One line: the signature, the chosen expression and the prediction (`report()` has
+        the rest)."""
+        inputs = ", ".join(f"{name}{shape}" for name, shape in self.inputs)
+        outputs = ", ".join(str(shape) for shape in self.outputs)
+        chosen = self.expr if len(self.expr) <= 120 else self.expr[:117] + "..."
+        return (
+            f"Optimized({inputs} -> {outputs}, {self.program.dtype}: {chosen}; "
+            f"{self.cost:,.0f} cycles predicted)"
+        )
 
     def report(self) -> str:
         inputs = ", ".join(f"{name} {shape}" for name, shape in self.inputs)

@@ -140,6 +140,16 @@ def test_report_breaks_the_prediction_down() -> None:
     assert f"{fresh.first_touch:,.0f} (page faults of temporaries)" in report
 
 
+def test_the_repr_of_an_optimization_is_one_short_line() -> None:
+    """A notebook echoes the result of `optimize`: a summary, not the whole dataclass."""
+    x, W = eqsat.tensor("x", (64, 128)), eqsat.tensor("W", (128, 32))
+    best = eqsat.optimize([eqsat.softmax(x @ W), x.T])
+    shown = repr(best)
+    assert shown.startswith("Optimized(x(64, 128), W(128, 32) -> (64, 32), (128, 64), float32: ")
+    assert shown.endswith(f"; {best.cost:,.0f} cycles predicted)")
+    assert "\n" not in shown and len(shown) < 300
+
+
 def test_candidates_start_with_the_choice_and_all_compute_the_same() -> None:
     rng = np.random.default_rng(2)
     x, W = eqsat.tensor("x", (16, 24)), eqsat.tensor("W", (24, 8))
