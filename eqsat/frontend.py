@@ -582,9 +582,8 @@ def _arg_extreme(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor
     first = where(hit, positions, float(n)).min(dim)
     if not keepdims:
         return first
-    return _reshape(
-        first, (1,) * x.ndim if axis is None else flat.shape[:dim] + (1,) + flat.shape[dim + 1 :]
-    )
+    kept = tuple(1 if axis is None or d == dim else extent for d, extent in enumerate(x.shape))
+    return _reshape(first, kept)
 
 
 def _short_form(expr: TExpr) -> str:
@@ -1049,14 +1048,18 @@ def pad(
         raise ShapeError(f"pad: widths {pad_width} must not be negative")
     padded = x
     for dim, (before, after) in enumerate(widths.tolist()):
-        shape = padded.shape
-
-        def edge(width: int, dim: int = dim, shape: Shape = shape) -> list[Tensor]:
-            filled = (*shape[:dim], width, *shape[dim + 1 :])
-            return [_full(float(constant_values), filled, x.dtype)] if width else []
-
-        padded = concatenate([*edge(before), padded, *edge(after)], dim)
+        parts = [padded]
+        if before:
+            parts.insert(0, _filled_like(padded, dim, before, float(constant_values)))
+        if after:
+            parts.append(_filled_like(padded, dim, after, float(constant_values)))
+        padded = concatenate(parts, dim)
     return padded
+
+
+def _filled_like(x: Tensor, dim: int, extent: int, value: float) -> Tensor:
+    """A tensor of `value` shaped as `x` but with `extent` along `dim`."""
+    return _full(value, (*x.shape[:dim], extent, *x.shape[dim + 1 :]), x.dtype)
 
 
 def _sequence_of_tensors(what: str, arrays: object) -> list[Tensor]:

@@ -67,10 +67,19 @@ LOOP_OVERHEAD = 1.0  # cycles per iteration (increment, compare, branch)
 # on one thread. PARALLEL_START cycles (4 starts of ~0.9 us at 2.8 GHz) without a calibration.
 PARALLEL_CALL_RESTARTS = 4.0
 PARALLEL_START = 10_000.0
-UNARY_CYCLES = {"exp": 10.0, "log": 10.0, "tanh": 14.0, "sigmoid": 12.0, "sqrt": 6.0}
-UNARY_CYCLES["erf"] = 22.0  # eq_verf: ~2.1x eq_vexp's time per vector (docs/MEASUREMENTS.md)
-# libm's scalar functions (no vector form): per element, an order of magnitude (not measured)
-UNARY_CYCLES.update(dict.fromkeys(("log1p", "expm1", "sin", "cos"), 20.0))
+UNARY_CYCLES = {
+    "exp": 10.0,
+    "log": 10.0,
+    "tanh": 14.0,
+    "sigmoid": 12.0,
+    "sqrt": 6.0,
+    "erf": 22.0,  # eq_verf: ~2.1x eq_vexp's time per vector (docs/MEASUREMENTS.md)
+    # libm's scalar functions (no vector form): per element, an order of magnitude (not measured)
+    "log1p": 20.0,
+    "expm1": 20.0,
+    "sin": 20.0,
+    "cos": 20.0,
+}
 BINARY_CYCLES = {"div": 4.0}
 LOADS_PER_CYCLE, OPS_PER_CYCLE, STORES_PER_CYCLE = 2.0, 2.0, 1.0
 FMA_LATENCY = 4.0  # cycles from an FMA to the next one that reads its result

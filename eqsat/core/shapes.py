@@ -218,12 +218,11 @@ def strided_view(
 ) -> Shape:
     """The shape of `TExpr.slice`: `extents`, if every element it reads is inside `shape`."""
     extents = validate_shape(extents, "slice")
-    ranks = {len(shape), len(starts), len(steps), len(extents)}
-    inside = all(
+    same_rank = len({len(shape), len(starts), len(steps), len(extents)}) == 1
+    if not same_rank or not all(
         step != 0 and 0 <= start < n and 0 <= start + step * (extent - 1) < n
-        for n, start, step, extent in zip(shape, starts, steps, extents, strict=False)
-    )
-    if len(ranks) != 1 or not inside:
+        for n, start, step, extent in zip(shape, starts, steps, extents, strict=True)
+    ):
         raise ShapeError(
             f"slice: starts {tuple(starts)}, steps {tuple(steps)} and extents {extents} do not "
             f"select elements of a tensor of shape {shape}"
