@@ -141,7 +141,9 @@ class Optimized:
                 program = after_extraction(self.program, body)
                 found.setdefault(program, Candidate(program, cost.estimate(body).cycles, source))
 
-        top = graph.extract_top(root, cost, max(best, CANDIDATES_PER_CLASS))
+        top = graph.extract_top(
+            root, cost, max(best, CANDIDATES_PER_CLASS), written=[self.canonical.body]
+        )
         add("best", best, (body for body, _ in top))
         draws = (graph.extract_random(root, rng) for _ in range(4 * sampled))
         add("sampled", best + sampled, draws)
@@ -310,11 +312,14 @@ def _optimize_algebra(
     deadline = start + limits.extraction_seconds
     if len(roots) > 1:
         extractions = [
-            graph.extract_top(graph.root(f"root{k}"), cost, 1, deadline) for k in range(len(roots))
+            graph.extract_top(graph.root(f"root{k}"), cost, 1, deadline, written=roots)
+            for k in range(len(roots))
         ]
         report.extracted(all(e.complete for e in extractions), time.monotonic() - start)
         return [[extraction[0][0] for extraction in extractions]], report, graph
-    ranked = graph.extract_top(graph.root("root0"), cost, 4 * ALGEBRA_CANDIDATES, deadline)
+    ranked = graph.extract_top(
+        graph.root("root0"), cost, 4 * ALGEBRA_CANDIDATES, deadline, written=roots
+    )
     report.extracted(ranked.complete, time.monotonic() - start)
     best_cost = ranked[0][1]
     by_estimate: dict[float, Term] = {}
@@ -350,7 +355,11 @@ def _schedule_loops(
     keep = CANDIDATES_PER_CLASS if graph.size <= CANDIDATES_UP_TO_NODES else 1
     start = time.monotonic()
     extraction = graph.extract_top(
-        graph.root(ROOT), cost, keep, deadline=start + limits.extraction_seconds
+        graph.root(ROOT),
+        cost,
+        keep,
+        deadline=start + limits.extraction_seconds,
+        written=[canonical.body],
     )
     report.extracted(extraction.complete, time.monotonic() - start)
     (body, predicted), *_ = extraction

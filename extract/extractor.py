@@ -7,18 +7,19 @@ e-classes are skipped. A node's cost is a function of its op and its children's 
 costs (`NodeCost`); a cost that builds the node's term anyway (`LoopCost`, whose memo is keyed by
 terms) may offer `term_cost(term, child_costs)` instead, and then shares the extractor's term.
 
-`SerializedGraph.extract_top` is a worklist over e-classes in serialization order: each keeps
-its `n` cheapest candidates, ties broken by node id, then by the order they were found, so the
-same e-graph always gives the same program. An e-class is revisited when a child's candidates
-change, and then only the nodes above that child are priced, each only for the combinations of
-its children's candidates it has not priced before: a candidate once pushed out of an e-class's
-best can never come back, so this chooses exactly what pricing every combination on every
-visit did (tests/test_extractor.py holds that definition). What that definition spent time on
-and did not need is skipped: e-classes the root does not reach (`_Index`; a large kernel
-e-graph has more analysis `Footprint` terms than statements), nodes while a child e-class has
-no candidate (`_Worklist.waiting`), and, for a plain `NodeCost`, the terms of candidates that
-are dropped (`_Candidate.built`). A deadline stops the refinement early; the result is still a
-term of the root e-class, marked incomplete.
+`SerializedGraph.extract_top` is a worklist over e-classes in serialization order: each keeps its
+`n` cheapest candidates, ties broken by comparing the terms (`_Candidate.order`), not by egglog's
+node ids, which follow the order in which a round's rules happened to add nodes: the same e-graph
+always gives the same program, however egglog numbered it. An e-class is revisited when a child's
+candidates change, and then only the nodes above that child are priced, each only for the
+combinations of its children's candidates it has not priced before: a candidate once pushed out of
+an e-class's best can never come back, so this chooses exactly what pricing every combination on
+every visit did (tests/test_extractor.py holds that definition). What that definition spent time on
+and did not need is skipped: e-classes the root does not reach (`_Index`; a large kernel e-graph has
+more analysis `Footprint` terms than statements), nodes while a child e-class has no candidate
+(`_Worklist.waiting`), and, for a plain `NodeCost`, the terms of candidates that are dropped
+(`_Candidate.built`). A deadline stops the refinement early; the result is still a term of the root
+e-class, marked incomplete.
 """
 
 from __future__ import annotations
@@ -50,12 +51,19 @@ class _Node(NamedTuple):
 
 
 class _Candidate(NamedTuple):
-    """A term of an e-class. Tuples order by cost, then by node id (a stable tie-break), then
-    by `serial`, the order in which candidates were made: the earlier of two equal candidates
-    stays ahead, as a stable sort would keep it."""
+    """A term of an e-class. Tuples order by cost, then by `order`, which compares the terms
+    themselves: the program as written first, then the smaller (so a cycle of equal cost never
+    wins), then the ops as strings, then the children's orders in turn; then by `serial`, the order
+    in which candidates were made. Two terms of equal cost thus rank the same in every process,
+    however egglog numbered their nodes, and a parent's equal-cost combinations rank like the
+    children's candidates: of two equal terms of one e-class, every parent prefers the one that
+    e-class ranks first, so one sub-program is not extracted in two spellings (which would compute
+    it twice)."""
 
     cost: float
-    key: str  # the e-node's id
+    # 0 if the term is written (`extract_top`) else 1, its size, op and children's orders (a
+    # literal: its repr)
+    order: tuple[Any, ...]
     serial: int
     term: Arg | _Unbuilt
 
@@ -63,7 +71,7 @@ class _Candidate(NamedTuple):
         """This candidate with its term built (most candidates are priced and dropped: their
         terms are built only when they are kept)."""
         if isinstance(self.term, _Unbuilt):
-            return _Candidate(self.cost, self.key, self.serial, Term(*self.term))
+            return _Candidate(self.cost, self.order, self.serial, Term(*self.term))
         return self
 
 
@@ -75,6 +83,7 @@ class _Unbuilt(NamedTuple):
 
 
 _cost, _serial, _term = attrgetter("cost"), attrgetter("serial"), attrgetter("term")
+_orders = attrgetter("order")
 
 
 @dataclass(frozen=True)
@@ -121,12 +130,20 @@ class SerializedGraph:
     def root(self, let_name: str) -> str:
         return self.lets[let_name]
 
-    def extract(self, root: str, node_cost: NodeCost) -> tuple[Term, float]:
-        """Cheapest term of e-class `root` under `node_cost` (must grow with child costs)."""
-        return self.extract_top(root, node_cost, 1)[0]
+    def extract(
+        self, root: str, node_cost: NodeCost, written: Iterable[Term] = ()
+    ) -> tuple[Term, float]:
+        """Cheapest term of e-class `root` under `node_cost` (must grow with child costs); ties
+        as in `extract_top`."""
+        return self.extract_top(root, node_cost, 1, written=written)[0]
 
     def extract_top(
-        self, root: str, node_cost: NodeCost, n: int, deadline: float | None = None
+        self,
+        root: str,
+        node_cost: NodeCost,
+        n: int,
+        deadline: float | None = None,
+        written: Iterable[Term] = (),
     ) -> Extraction:
         """Up to `n` distinct cheapest terms of e-class `root`, cheapest first.
 
@@ -137,6 +154,9 @@ class SerializedGraph:
         keep the first `n` of equal-cost candidates, and equal children can price a parent
         differently.
 
+        Of candidates of equal cost, one made of the terms `written` and their subterms (the
+        program as the user or the lowering wrote it) ranks first (`_Candidate.order`).
+
         It requires: `root` is an e-class of this graph with a finite term. `deadline`, a
         `time.monotonic()` value, stops the worklist once passed (checked before each e-class
         is visited, so one e-class's pricing may overrun it): the result then holds the root's
@@ -145,7 +165,7 @@ class SerializedGraph:
         """
         with _collector_paused():
             index = self._index(root)
-            run = _Worklist(index, node_cost, n)
+            run = _Worklist(index, node_cost, n, _subterms(written))
             complete = run.settle(deadline)
             position = index.position[root]
             ranked = run.best[position]
@@ -227,7 +247,7 @@ class _Worklist:
     """One extraction's state: the best candidates per e-class so far (None: not visited yet;
     [] after a visit that found none)."""
 
-    def __init__(self, index: _Index, node_cost: NodeCost, n: int) -> None:
+    def __init__(self, index: _Index, node_cost: NodeCost, n: int, written: frozenset[Arg]) -> None:
         self.index = index
         self.nodes, self.children = index.nodes, index.children
         self.node_cost = node_cost
@@ -238,6 +258,8 @@ class _Worklist:
         self.n = n
         self.best: list[list[_Candidate] | None] = [None] * len(index.class_nodes)
         self.serial = 0  # candidates made so far
+        self.written = written
+        self.orders: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # `order`'s
         # Per node: `serial` when its e-class last priced it (-1: never). A combination of its
         # children's candidates all made before then was priced then.
         self.priced_at = [-1] * len(index.nodes)
@@ -309,7 +331,7 @@ class _Worklist:
         self.priced_at[v] = start
         node = self.nodes[v]
         if node.op == "literal":
-            return () if since >= 0 else (self.candidate(node, 0.0, node.literal),)
+            return () if since >= 0 else (self.literal(node),)
         # (loops, not comprehensions: this runs for every node priced, and a comprehension is a
         # call of its own in Python 3.11)
         made = []
@@ -322,17 +344,41 @@ class _Worklist:
     def price(self, node: _Node, choice: Sequence[_Candidate]) -> _Candidate:
         """`node` with the children's candidates `choice`."""
         terms = tuple(map(_term, choice))
+        orders = tuple(map(_orders, choice))
         if node.op == "Vec":
-            return self.candidate(node, sum(map(_cost, choice)), terms)
+            return self.candidate(sum(map(_cost, choice)), self.order("Vec", orders, terms), terms)
         if self.term_cost is not None:
             term = Term(node.op, terms)
-            return self.candidate(node, self.term_cost(term, list(map(_cost, choice))), term)
+            cost = self.term_cost(term, list(map(_cost, choice)))
+            return self.candidate(cost, self.order(node.op, orders, term), term)
         cost = self.node_cost(node.op, terms, list(map(_cost, choice)))
-        return self.candidate(node, cost, _Unbuilt(node.op, terms))
+        unbuilt = _Unbuilt(node.op, terms)
+        return self.candidate(cost, self.order(node.op, orders, unbuilt), unbuilt)
 
-    def candidate(self, node: _Node, cost: float, term: Arg | _Unbuilt) -> _Candidate:
+    def literal(self, node: _Node) -> _Candidate:
+        """The candidate of a literal's node (it costs nothing)."""
+        # (by repr: values of different types do not compare, and NaN is not equal to itself)
+        order = self.order("literal", (repr(node.literal),), node.literal)
+        return self.candidate(0.0, order, node.literal)
+
+    def order(self, op: str, parts: tuple[Any, ...], term: Arg | _Unbuilt) -> tuple[Any, ...]:
+        """The `_Candidate.order` of `term`, of `op`, whose children have the orders `parts` (a
+        literal: its repr), made once per term: two equal orders are then one object, so
+        comparing two orders skips their shared subterms (Python compares identical items as
+        equal without looking inside) instead of walking a DAG's every path."""
+        key = (op, *map(id, parts))
+        order = self.orders.get(key)
+        if order is None:
+            if isinstance(term, _Unbuilt):
+                term = Term(*term) if self.written else term
+            rewritten = 0 if op == "literal" or term in self.written else 1
+            size = 1 + sum(part[1] for part in parts if isinstance(part, tuple))
+            order = self.orders[key] = (rewritten, size, op, *parts)
+        return order
+
+    def candidate(self, cost: float, order: tuple[Any, ...], term: Arg | _Unbuilt) -> _Candidate:
         self.serial += 1
-        return _Candidate(cost, node.key, self.serial - 1, term)
+        return _Candidate(cost, order, self.serial - 1, term)
 
     def completed(self, root: int) -> _Candidate:
         """A term of e-class `root` when the worklist stopped before reaching it: e-classes with
@@ -377,13 +423,25 @@ class _Worklist:
                 v = chosen[eclass]
                 node = index.nodes[v]
                 if node.op == "literal":
-                    made[eclass] = self.candidate(node, 0.0, node.literal)
+                    made[eclass] = self.literal(node)
                 else:
                     choice = [term_of(k) for k in index.children[v]]
                     made[eclass] = self.price(node, choice).built()
             return made[eclass]
 
         return term_of(root)
+
+
+def _subterms(terms: Iterable[Term]) -> frozenset[Arg]:
+    """`terms`, their Term arguments and tuples of arguments, and theirs, down to the leaves."""
+    found: set[Arg] = set()
+    stack: list[Arg] = list(terms)
+    while stack:
+        term = stack.pop()
+        if isinstance(term, (Term, tuple)) and term not in found:
+            found.add(term)
+            stack.extend(term.args if isinstance(term, Term) else term)
+    return frozenset(found)
 
 
 @contextmanager

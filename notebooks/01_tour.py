@@ -152,8 +152,9 @@ print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus)")
 #
 # `@eqsat.jit` traces a Python function of numpy arrays on its first call for each set of
 # shapes and dtypes: the arguments become symbolic tensors named after the parameters, and
-# `np.maximum`, `@` and `+` build the same expression. Here tracing gives exactly the kernel
-# compiled above; a call with another batch size compiles a second kernel.
+# `np.maximum`, `@` and `+` build the same expression. Here tracing gives the loop nest
+# compiled above, with `max(t, 0)` where that one has `relu(t)`: the two cost the same, and a tie
+# goes to the program as written. A call with another batch size compiles a second kernel.
 
 
 # %%
@@ -163,7 +164,7 @@ def dense_relu(x, W, b):
 
 
 assert np.array_equal(dense_relu(xa, Wa, ba), out)
-assert dense_relu.kernel_for(xa, Wa, ba).c_source == kernel.c_source
+assert "= max((" in dense_relu.kernel_for(xa, Wa, ba).explain() and "= relu((" in kernel.explain()
 small = dense_relu(xa[:64], Wa, ba)
 assert agreement(small, reference[:64], "float32").ok
 assert len(dense_relu.kernels) == 2

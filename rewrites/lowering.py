@@ -19,9 +19,10 @@ Rules of the translation:
 - A value gets a buffer of its own when it is a matmul or a reduction, an output, or used more
   than once and expensive to recompute (a transcendental function).
 - The right operand of a matmul is copied into a buffer when it is a transpose that moves its
-  last dimension (x @ K.T) and the left operand has at least PACK_MIN_ROWS rows: read in place,
-  the vector axis of the product would stride through K; copied once, the product is a plain
-  unit-stride matmul that register tiles (`eqsat.core.loops.register_tile`).
+  last dimension (x @ K.T), or an elementwise op over one (x @ (0.125 * K.T)), and the left
+  operand has at least PACK_MIN_ROWS rows: read in place, the vector axis of the product would
+  stride through K; copied once, the product is a plain unit-stride matmul that register tiles
+  (`eqsat.core.loops.register_tile`).
 """
 
 from __future__ import annotations
@@ -283,8 +284,15 @@ def reshape_index(
     return result[::-1]
 
 
+ELEMENTWISE = ("TExpr.unary", "TExpr.binary", "TExpr.where")
+
+
 def _moves_last_dimension(t: Term) -> bool:
-    """Whether `t` is a transpose whose last dimension is not its operand's last dimension."""
+    """Whether `t` is a transpose whose last dimension is not its operand's last dimension, or
+    an elementwise op with such an operand (`0.125 * K.T`: copying it also scales each element
+    once, where read in place the product would scale it once per row of the left operand)."""
+    if t.op in ELEMENTWISE:
+        return any(_moves_last_dimension(a) for a in t.args if isinstance(a, Term))
     if t.op != "TExpr.transpose":
         return False
     permutation = t.args[1]

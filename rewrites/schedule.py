@@ -12,6 +12,7 @@ own.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from egglog import EGraph, Schedule, unstable_combine_rulesets
 
@@ -54,8 +55,9 @@ def schedule(
     # order e-nodes are made in changes what the fact-guarded rules find: one program saturated
     # at different sizes under different PYTHONHASHSEEDs, and at one size with this order
     # (docs/MEASUREMENTS.md).
-    egraph.register(*[to_egglog(s) for s in _statements_innermost_first(body)])
-    mark_program(egraph, egraph.let(ROOT, to_egglog(body)))
+    built: dict[Term, Any] = {}
+    egraph.register(*[to_egglog(s, built) for s in _statements_innermost_first(body)])
+    mark_program(egraph, egraph.let(ROOT, to_egglog(body, built)))
     facts = unstable_combine_rulesets(analysis, fusion_candidates(), name="loop-facts")
     report = saturate(
         egraph, loop_rules(machine, dtype, tiles), limits, "loops", facts=facts, progress=progress

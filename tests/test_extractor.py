@@ -101,31 +101,36 @@ def plain_top(
 ) -> list[tuple[Arg, float]]:
     """`extract_top` as first written: a worklist over e-classes in serialization order that
     prices every node of a visited e-class for every combination of its children's best `n`
-    candidates and keeps the `n` cheapest, ties broken by node id, then by the order found."""
+    candidates and keeps the `n` cheapest, ties broken by comparing the terms: their sizes, ops,
+    then their children's in turn (a literal by its repr; none is `written`)."""
     parents: dict[str, set[str]] = {}
     for eclass, nodes in classes.items():
         for _, _, children, _ in nodes:
             for child in children:
                 parents.setdefault(child, set()).add(eclass)
-    best: dict[str, list[tuple[float, str, Arg]]] = {}
+    best: dict[str, list[tuple[float, tuple[Any, ...], Arg]]] = {}
+    orders: dict[Arg, tuple[Any, ...]] = {}  # one object per term (comparing two is then fast)
     pending, queued = deque(classes), set(classes)
     while pending:
         eclass = pending.popleft()
         queued.discard(eclass)
-        found = {term: (cost, key, term) for cost, key, term in best.get(eclass, [])}
-        for key, op, children, literal in classes[eclass]:
+        found = {term: (cost, order, term) for cost, order, term in best.get(eclass, [])}
+        for _, op, children, literal in classes[eclass]:
             if op == "literal":
-                found.setdefault(literal, (0.0, key, literal))
+                order = orders.setdefault(literal, (0, 1, "literal", repr(literal)))
+                found.setdefault(literal, (0.0, order, literal))
                 continue
             if any(child not in best for child in children):
                 continue
             for choice in itertools.product(*(best[child] for child in children)):
                 terms, costs = tuple(c[2] for c in choice), [c[0] for c in choice]
+                term = terms if op == "Vec" else Term(op, terms)
+                size = 1 + sum(c[1][1] for c in choice)
+                order = orders.setdefault(term, (1, size, op, *(c[1] for c in choice)))
                 if op == "Vec":
-                    found.setdefault(terms, (sum(costs), key, terms))
+                    found.setdefault(terms, (sum(costs), order, terms))
                 else:
-                    term = Term(op, terms)
-                    found.setdefault(term, (node_cost(op, terms, costs), key, term))
+                    found.setdefault(term, (node_cost(op, terms, costs), order, term))
         ranked = sorted(found.values(), key=lambda c: (c[0], c[1]))[:n]
         if ranked != best.get(eclass):
             best[eclass] = ranked

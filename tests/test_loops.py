@@ -9,7 +9,8 @@ fully saturated e-graph (every rule at once) must all agree with the interpreter
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 import eqsat
 from eqsat.core.interp import run
 from eqsat.core.loops import register_tile
+from eqsat.core.pretty import format_loops
 from eqsat.core.saturate import Limits
 from eqsat.core.terms import LoopProgram, Term, index_list, to_egglog, to_term
 from eqsat.extract.extractor import SerializedGraph
@@ -229,6 +231,28 @@ def test_temporary_read_across_rows_is_not_contracted() -> None:
     x = eqsat.tensor("x", (8, 8))
     body = lowered(eqsat.exp(x).T + eqsat.exp(x)).body  # exp(x) read by column and by row
     assert contract_temporaries(body) == body
+
+
+RIGHT_OPERANDS: dict[str, Callable[[Any], Any]] = {  # of eqsat tensors and numpy arrays alike
+    "K.T": lambda K: K.T,
+    "K.T * 0.125": lambda K: K.T * 0.125,
+    "(K * 0.125).T": lambda K: (K * 0.125).T,
+}
+
+
+@pytest.mark.parametrize("right", RIGHT_OPERANDS)
+def test_a_transposed_right_operand_is_copied_once_with_its_elementwise_ops(right: str) -> None:
+    """x @ (K.T * 0.125) read in place would stride through K and scale each element once per
+    row of x; it is copied (and scaled) once, like x @ K.T, and the product reads the copy."""
+    operand = RIGHT_OPERANDS[right]
+    program = lowered(eqsat.tensor("x", (16, 8)) @ operand(eqsat.tensor("K", (12, 8))))
+    text = format_loops(program.body)
+    copy = "t0[i0, i1] = (in1[i1, i0] * 0.125)" if "0.125" in right else "t0[i0, i1] = in1[i1, i0]"
+    assert text.count("alloc t0[8, 12]") == 1 and text.count(copy) == 1
+    assert "out0[i0, i1] += (in0[i0, k] * t0[k, i1])" in text
+    rng = np.random.default_rng(0)
+    x, K = rng.standard_normal((16, 8)), rng.standard_normal((12, 8))
+    assert_close(run(program, {"x": x, "K": K}, dtype=np.float64)[0], x @ operand(K), "float64")
 
 
 def test_small_kernels_stay_serial_and_large_ones_run_in_parallel() -> None:

@@ -342,12 +342,21 @@ def index_items(index_list_term: Term) -> list[Term]:
     return items
 
 
-def to_egglog(term: Arg) -> Any:
-    """Build the egglog expression for a Term (tuples become Vecs, literals stay literals)."""
+def to_egglog(term: Arg, built: dict[Term, Any] | None = None) -> Any:
+    """Build the egglog expression for a Term (tuples become Vecs, literals stay literals).
+
+    `built` holds the expressions of terms built before (calls that share it build each shared
+    subterm once: egglog-python's constructors are slow enough for this to matter)."""
+    if built is None:
+        built = {}
     if isinstance(term, Term):
-        return CONSTRUCTORS[term.op](*(to_egglog(a) for a in term.args))
+        expression = built.get(term)
+        if expression is None:
+            args = [to_egglog(a, built) for a in term.args]
+            expression = built[term] = CONSTRUCTORS[term.op](*args)
+        return expression
     if isinstance(term, tuple):
-        return tuple(to_egglog(a) for a in term)
+        return tuple(to_egglog(a, built) for a in term)
     return term
 
 
