@@ -53,7 +53,9 @@ CANDIDATES_PER_CLASS = 4
 # ALGEBRA_SLACK times the cheapest one's flops + bytes is not scheduled.
 ALGEBRA_CANDIDATES = 2
 ALGEBRA_SLACK = 2.0
-CANDIDATES_UP_TO_NODES = 10_000
+# Above this many e-nodes, one candidate per e-class: on 23 random programs' loop stages of 5k to
+# 10k e-nodes, 4 candidates found the same nests as 1, in 3-5x the time (docs/MEASUREMENTS.md).
+CANDIDATES_UP_TO_NODES = 5_000
 
 
 # Spreads (sigma of the log) of the random factors of perturbed extractions (`candidates`).

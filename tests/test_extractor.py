@@ -344,6 +344,38 @@ def test_one_egraph_always_gives_the_same_program() -> None:
     )
 
 
+COMPILE_ATTENTION = """
+import hashlib
+import eqsat
+from eqsat.backend_c.emit import emit
+from eqsat.core.saturate import Limits
+from tests.machines import PINNED
+Q, K, V = (eqsat.tensor(name, (1024, 64)) for name in "QKV")
+best = eqsat.optimize(
+    eqsat.softmax(Q @ K.T / 8) @ V, limits=Limits(seconds=60), machine=PINNED, progress=False
+)
+source = emit(best.program, "avx512", "k")
+print(best.stages[-1].stop_reason, hashlib.sha256(source.encode()).hexdigest())
+"""
+
+
+def test_attention_compiles_to_the_same_c_in_every_process() -> None:
+    """Its loop stage stops on the node budget after a round whose e-nodes egglog adds in an
+    order of its own (the e-graph's size differs by a few e-nodes between processes): the C does
+    not differ. (No time limit: that one depends on the machine's speed by design.)"""
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", COMPILE_ATTENTION],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(outputs) == 1 and outputs.pop().startswith("node limit ")
+
+
 @pytest.mark.parametrize("name", ["softmax", "mlp"])
 def test_hash_seeds_do_not_change_the_choice(name: str, tmp_path: Path) -> None:
     """String hashing, and so the order of sets and dicts of terms, differs between these

@@ -57,6 +57,21 @@ def test_a_step_predicted_to_pass_the_node_limit_is_not_started() -> None:
     assert "predicted to pass it" in report.summary()
 
 
+def test_the_node_prediction_uses_the_largest_growth_so_far() -> None:
+    """Steps can grow the e-graph faster than the last one did: the prediction assumes the
+    stage's largest growth, so a limit between the two predictions stops the stage."""
+    unlimited, rules, facts = matmul_egraph()
+    sizes = [term_nodes(unlimited)]
+    saturate(unlimited, rules, UNTIMED, "p", facts=facts, progress=lambda r: sizes.append(r.nodes))
+    growths = [after / before for before, after in zip(sizes, sizes[1:], strict=False)]
+    step = next(k for k in range(2, len(growths)) if max(growths[:k]) > 1.2 * growths[k - 1])
+    by_last, by_largest = sizes[step] * growths[step - 1], sizes[step] * max(growths[:step])
+    egraph, rules, facts = matmul_egraph()
+    report = saturate(egraph, rules, Limits(nodes=int(by_last + by_largest) // 2), "p", facts=facts)
+    assert (report.stop_reason, report.stop_predicted) == ("node limit", True)
+    assert report.iterations == step
+
+
 def test_a_step_predicted_to_pass_the_time_limit_is_not_started(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
