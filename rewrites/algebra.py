@@ -13,6 +13,7 @@ then one round of `algebra_rules()`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from egglog import Ruleset, ruleset
@@ -35,11 +36,22 @@ def algebra_rules(extra: Sequence[Identity] = (), *, assume_finite: bool = False
 
     Identities marked `finite_only`, built-in or extra, are left out unless `assume_finite`
     (the user's promise that no input or intermediate is NaN or ±inf, like -ffinite-math-only)."""
+    if not extra:
+        return _built_in_rules(assume_finite)
     taken = {identity.name for identity in IDENTITIES}
     clashes = sorted(identity.name for identity in extra if identity.name in taken)
     if clashes:
         raise ValueError(f"rule names already used by built-in rules: {clashes}")
-    used = [i for i in (*IDENTITIES, *extra) if assume_finite or not i.finite_only]
+    return _ruleset((*IDENTITIES, *extra), assume_finite)
+
+
+@functools.cache
+def _built_in_rules(assume_finite: bool) -> Ruleset:
+    """The built-in rules, made once per process (making egglog's rules takes ~60 ms)."""
+    return _ruleset(IDENTITIES, assume_finite)
+
+
+def _ruleset(identities: Sequence[Identity], assume_finite: bool) -> Ruleset:
     rules = ruleset(name="algebra")
-    rules.register(*(identity.egglog_rule() for identity in used))
+    rules.register(*(i.egglog_rule() for i in identities if assume_finite or not i.finite_only))
     return rules

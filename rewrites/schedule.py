@@ -11,6 +11,7 @@ own.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -30,11 +31,18 @@ ROOT = "kernel"  # the let-name of the program's e-class
 
 def loop_rules(machine: Machine, dtype: str, tiles: TileSizes | None = None) -> Schedule:
     """Every loop rewrite for `machine`; `tiles` overrides the machine's tile sizes (tests)."""
+    return _loop_rules(tiles or tile_sizes(machine, dtype), machine.lanes(dtype), machine.cores)
+
+
+@functools.cache
+def _loop_rules(tiles: TileSizes, lanes: int, cores: int) -> Schedule:
+    """The loop rewrites, made once per process for each tiling, vector width and core count
+    (making egglog's rules takes ~20 ms)."""
     return unstable_combine_rulesets(
         interchange_rules(),
-        tiling_rules(tiles or tile_sizes(machine, dtype)),
+        tiling_rules(tiles),
         fusion_rules(),
-        annotate_rules(machine.lanes(dtype), machine.cores),
+        annotate_rules(lanes, cores),
         name="loop-rules",
     )
 
