@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load lazily (
     from eqsat.frontend import (
         Tensor,
         abs,
+        array_split,
         ceil,
         clip,
         concatenate,
@@ -99,11 +100,11 @@ _PUBLIC = {
     ),
     **dict.fromkeys(
         [
-            "Tensor", "abs", "ceil", "clip", "concatenate", "cos", "einsum", "erf", "exp",
-            "expm1", "floor", "gelu", "layernorm", "log", "log1p", "matmul", "max", "maximum",
-            "mean", "min", "minimum", "pad", "prod", "relu", "rint", "sigmoid", "sign", "sin",
-            "softmax", "split", "sqrt", "stack", "std", "sum", "tanh", "tensor", "transpose",
-            "trunc", "var", "where",
+            "Tensor", "abs", "array_split", "ceil", "clip", "concatenate", "cos", "einsum",
+            "erf", "exp", "expm1", "floor", "gelu", "layernorm", "log", "log1p", "matmul", "max",
+            "maximum", "mean", "min", "minimum", "pad", "prod", "relu", "rint", "sigmoid", "sign",
+            "sin", "softmax", "split", "sqrt", "stack", "std", "sum", "tanh", "tensor",
+            "transpose", "trunc", "var", "where",
         ],
         "eqsat.frontend",
     ),

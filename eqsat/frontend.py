@@ -41,6 +41,7 @@ from eqsat.core.terms import DTYPES, TExpr, to_term
 __all__ = [
     "Tensor",
     "abs",
+    "array_split",
     "ceil",
     "clip",
     "concatenate",
@@ -1009,17 +1010,40 @@ def split(x: Tensor, indices_or_sections: int | Sequence[int], axis: int = 0) ->
 
     It requires: no section is empty (eqsat tensors never are; ShapeError otherwise).
     """
-    x = _require(x, "split")
-    dim = shapes.normalize_axis("split", axis, x.shape)
+    return _cut("split", x, indices_or_sections, axis, equal=True)
+
+
+def array_split(x: Tensor, indices_or_sections: int | Sequence[int], axis: int = 0) -> list[Tensor]:
+    """numpy.array_split: `split`, but an int need not divide the extent: of n sections of an
+    extent L, the first L % n hold L // n + 1 elements and the others L // n.
+
+    It requires: no section is empty, so n <= L (ShapeError otherwise).
+    """
+    return _cut("array_split", x, indices_or_sections, axis, equal=False)
+
+
+def _cut(
+    name: str, x: Tensor, indices_or_sections: int | Sequence[int], axis: int, *, equal: bool
+) -> list[Tensor]:
+    """The views of `split` (`equal`: sections must divide the extent) or `array_split`."""
+    x = _require(x, name)
+    dim = shapes.normalize_axis(name, axis, x.shape)
     extent = x.shape[dim]
     if isinstance(indices_or_sections, int | np.integer):
         sections = int(indices_or_sections)
-        if sections < 1 or extent % sections:
+        if sections < 1 or (equal and extent % sections):
             raise ShapeError(
-                f"split: {sections} sections do not divide extent {extent} of axis {dim} "
-                "equally (numpy.array_split is not supported)"
+                f"{name}: {sections} sections do not divide extent {extent} of axis {dim} "
+                "equally (numpy.array_split allows unequal sections)"
             )
-        cuts = [extent // sections * k for k in range(1, sections)]
+        if sections > extent:
+            raise ShapeError(
+                f"{name}: {sections} sections of extent {extent} (axis {dim}) would leave "
+                f"{sections - extent} empty; eqsat tensors are never empty"
+            )
+        larger, size = extent % sections, extent // sections
+        lengths = [size + 1] * larger + [size] * (sections - larger)
+        cuts = list(itertools.accumulate(lengths[:-1]))
     else:
         cuts = [int(cut) for cut in indices_or_sections]
     bounds = [0, *cuts, extent]
@@ -1162,6 +1186,7 @@ _NUMPY_FUNCTIONS: dict[Callable[..., Any], _NumpyFunction] = {
     np.concatenate: _NumpyFunction(concatenate, 2, frozenset({"axis"})),
     np.stack: _NumpyFunction(stack, 2, frozenset({"axis"})),
     np.split: _NumpyFunction(split, 3, frozenset({"indices_or_sections", "axis"})),
+    np.array_split: _NumpyFunction(array_split, 3, frozenset({"indices_or_sections", "axis"})),
     np.pad: _NumpyFunction(pad, 3, frozenset({"pad_width", "mode", "constant_values"})),
     np.einsum: _NumpyFunction(einsum, None, frozenset({"optimize"})),
 }

@@ -1,4 +1,5 @@
-"""Joins and splits: `np.concatenate`, `np.stack`, `np.split` and `np.pad` (constant).
+"""Joins and splits: `np.concatenate`, `np.stack`, `np.split`, `np.array_split` and `np.pad`
+(constant).
 
 A concatenation is a copy into one buffer (`TExpr.concat`: one nest per part, each storing at
 its offset along the axis); stack inserts a dimension and concatenates; split is views; pad
@@ -37,6 +38,22 @@ def test_concatenations_of_random_parts_match_numpy(data: st.DataObject) -> None
     got = kernel(*values)
     np.testing.assert_array_equal(got[0], want * np.float32(2))
     np.testing.assert_allclose(got[1], np.exp(want), rtol=1e-6)
+
+
+@given(st.data())
+@settings(max_examples=10, deadline=None)
+def test_array_split_of_random_extents_matches_numpy(data: st.DataObject) -> None:
+    """Sections that do not divide the extent: the first extent % n are one element longer."""
+    shape = (data.draw(st.integers(1, 9)), data.draw(st.integers(1, 9)))
+    axis = data.draw(st.integers(-2, 1))
+    sections = data.draw(st.integers(1, shape[axis]))
+    values = np.random.default_rng(sections).choice(SPECIAL, size=shape).astype(np.float32)
+    parts = np.array_split(eqsat.tensor("x", shape), sections, axis=axis)
+    want = np.array_split(values, sections, axis=axis)
+    assert [part.shape for part in parts] == [part.shape for part in want]
+    got = eqsat.compile([part * 2.0 for part in parts], progress=False)(values)
+    for got_part, want_part in zip(got, want, strict=True):
+        np.testing.assert_array_equal(got_part, want_part * np.float32(2))
 
 
 @pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
@@ -96,6 +113,7 @@ def test_nested_concatenations_store_each_part_once() -> None:
         (lambda a, b: np.stack([a, b]), eqsat.ShapeError, "one shape"),
         (lambda a, b: np.split(a, 2, axis=0), eqsat.ShapeError, "do not divide"),
         (lambda a, b: np.split(a, [0, 2]), eqsat.ShapeError, "selects no element"),
+        (lambda a, b: np.array_split(a, 4), eqsat.ShapeError, "would leave 1 empty"),
         (lambda a, b: np.pad(a, 1, mode="edge"), eqsat.UnsupportedError, "mode='constant'"),
         (lambda a, b: np.pad(a, -1), eqsat.ShapeError, "must not be negative"),
     ],
