@@ -1057,15 +1057,21 @@ def pad(
     mode: str = "constant",
     constant_values: float = 0.0,
 ) -> Tensor:
-    """numpy.pad with mode="constant": `x` with `constant_values` added before and after each
-    dimension (`pad_width` as numpy takes it: n, (before, after) or one pair per dimension).
+    """numpy.pad: `x` with blocks added before and after each dimension (`pad_width` as numpy
+    takes it: n, (before, after) or one pair per dimension), dimension by dimension as numpy
+    pads them. `mode` "constant" fills them with `constant_values`; "edge" repeats the edge;
+    "reflect" mirrors `x` without its edge, "symmetric" with it; "wrap" continues from the
+    other end.
 
-    It requires: mode "constant" and one constant (UnsupportedError otherwise); widths >= 0.
+    It requires: one of those modes and one constant (UnsupportedError otherwise); widths >= 0;
+    for "reflect" a width of at most the extent - 1, for "symmetric" and "wrap" at most the
+    extent (numpy mirrors wider pads again; UnsupportedError).
     """
     x = _require(x, "pad")
-    if mode != "constant" or not _is_scalar(constant_values):
+    if mode not in _PAD_MODES or not _is_scalar(constant_values):
         raise UnsupportedError(
-            f"pad: only mode='constant' with one constant value is supported, got mode={mode!r}"
+            f"pad: mode={mode!r} is not supported; modes {sorted(_PAD_MODES)} with one "
+            "constant value are"
         )
     widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
     if (widths < 0).any():
@@ -1074,11 +1080,42 @@ def pad(
     for dim, (before, after) in enumerate(widths.tolist()):
         parts = [padded]
         if before:
-            parts.insert(0, _filled_like(padded, dim, before, float(constant_values)))
+            parts.insert(0, _pad_block(padded, dim, before, mode, float(constant_values), True))
         if after:
-            parts.append(_filled_like(padded, dim, after, float(constant_values)))
+            parts.append(_pad_block(padded, dim, after, mode, float(constant_values), False))
         padded = concatenate(parts, dim)
     return padded
+
+
+# The widest pad each mode takes, as a function of the extent it pads.
+_PAD_MODES: dict[str, Callable[[int], float]] = {
+    "constant": lambda extent: math.inf,
+    "edge": lambda extent: math.inf,
+    "reflect": lambda extent: extent - 1,
+    "symmetric": lambda extent: extent,
+    "wrap": lambda extent: extent,
+}
+
+
+def _pad_block(x: Tensor, dim: int, width: int, mode: str, value: float, before: bool) -> Tensor:
+    """The block of `width` that `pad` adds to `x` along `dim`, before or after it."""
+    extent = x.shape[dim]
+    if width > _PAD_MODES[mode](extent):
+        raise UnsupportedError(
+            f"pad: mode={mode!r} pads at most {_PAD_MODES[mode](extent)} elements along axis "
+            f"{dim} of extent {extent}, got {width} (numpy mirrors wider pads again)"
+        )
+    if mode == "constant":
+        return _filled_like(x, dim, width, value)
+    lead = (slice(None),) * dim
+    if mode == "edge":
+        edge = x[(*lead, slice(0, 1) if before else slice(extent - 1, extent))]
+        return _broadcast_to(edge, (*x.shape[:dim], width, *x.shape[dim + 1 :]))
+    if mode == "wrap":
+        return x[(*lead, slice(extent - width, extent) if before else slice(0, width))]
+    skip = 1 if mode == "reflect" else 0  # reflect leaves the edge out, symmetric repeats it
+    start = skip if before else extent - width - skip
+    return x[(*lead, slice(start, start + width))][(*lead, slice(None, None, -1))]
 
 
 def _filled_like(x: Tensor, dim: int, extent: int, value: float) -> Tensor:

@@ -1,5 +1,5 @@
 """Joins and splits: `np.concatenate`, `np.stack`, `np.split`, `np.array_split` and `np.pad`
-(constant).
+(constant, edge, reflect, symmetric, wrap).
 
 A concatenation is a copy into one buffer (`TExpr.concat`: one nest per part, each storing at
 its offset along the axis); stack inserts a dimension and concatenates; split is views; pad
@@ -54,6 +54,23 @@ def test_array_split_of_random_extents_matches_numpy(data: st.DataObject) -> Non
     got = eqsat.compile([part * 2.0 for part in parts], progress=False)(values)
     for got_part, want_part in zip(got, want, strict=True):
         np.testing.assert_array_equal(got_part, want_part * np.float32(2))
+
+
+PAD_LIMITS = {"edge": 0, "reflect": -1, "symmetric": 0, "wrap": 0}  # widest pad: extent + this
+
+
+@given(st.data())
+@settings(max_examples=12, deadline=None)
+def test_pad_modes_match_numpy(data: st.DataObject) -> None:
+    """Each dimension is padded in turn, so later ones pad the earlier padding (the corners)."""
+    mode = data.draw(st.sampled_from(sorted(PAD_LIMITS)))
+    shape = (data.draw(st.integers(2, 6)), data.draw(st.integers(2, 6)))
+    widest = [extent + PAD_LIMITS[mode] if mode != "edge" else 7 for extent in shape]
+    widths = [(data.draw(st.integers(0, w)), data.draw(st.integers(0, w))) for w in widest]
+    values = np.random.default_rng(sum(shape)).choice(SPECIAL, size=shape).astype(np.float32)
+    padded = np.pad(eqsat.tensor("x", shape), widths, mode=mode)
+    got = eqsat.compile(padded * 2.0, progress=False)(values)
+    np.testing.assert_array_equal(got, np.pad(values, widths, mode=mode) * np.float32(2))
 
 
 @pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
@@ -114,7 +131,9 @@ def test_nested_concatenations_store_each_part_once() -> None:
         (lambda a, b: np.split(a, 2, axis=0), eqsat.ShapeError, "do not divide"),
         (lambda a, b: np.split(a, [0, 2]), eqsat.ShapeError, "selects no element"),
         (lambda a, b: np.array_split(a, 4), eqsat.ShapeError, "would leave 1 empty"),
-        (lambda a, b: np.pad(a, 1, mode="edge"), eqsat.UnsupportedError, "mode='constant'"),
+        (lambda a, b: np.pad(a, 1, mode="mean"), eqsat.UnsupportedError, "mode='mean' is not"),
+        (lambda a, b: np.pad(a, 3, mode="reflect"), eqsat.UnsupportedError, "at most 2 elements"),
+        (lambda a, b: np.pad(a, ((0, 0), (5, 0)), mode="wrap"), eqsat.UnsupportedError, "got 5"),
         (lambda a, b: np.pad(a, -1), eqsat.ShapeError, "must not be negative"),
     ],
 )
