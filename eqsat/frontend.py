@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import string
+from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, NamedTuple, SupportsFloat, TypeGuard
@@ -779,10 +781,12 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     return _reshape(result, shape)
 
 
-def einsum(subscripts: str, *operands: Tensor | float, optimize: object = False) -> Tensor:
+def einsum(subscripts: str | Tensor, *operands: object, optimize: object = False) -> Tensor:
     """numpy.einsum: `einsum("ij,jk->ik", a, b)` is `a @ b`. The subscripts are numpy's
     (`eqsat.core.subscripts`: implicit or explicit output, `...`, size-1 dims broadcast, a
     letter repeated in one operand for a diagonal); the operands are tensors or scalars.
+    numpy's interleaved form, `einsum(a, [0, 1], b, [1, 2], [0, 2])` (each operand followed by
+    its indices as ints below 52 or `...`, then the output's, optional), is the same.
 
     Each operand's diagonals are taken first (`_diagonals`); the operands are then contracted
     left to right, two at a time, into matmuls, transposes, broadcasting multiplies and sums,
@@ -791,15 +795,12 @@ def einsum(subscripts: str, *operands: Tensor | float, optimize: object = False)
     operand has a label the other lacks; else a multiply and a sum. `optimize` is accepted for
     numpy's signature and ignored.
 
-    It requires: `subscripts` a str, as `parse_subscripts` requires; at least one Tensor; the
-    Tensors share one dtype.
+    It requires: `subscripts` a str, as `parse_subscripts` requires (or the interleaved form);
+    at least one Tensor; the Tensors share one dtype.
     """
     del optimize  # numpy's contraction order option: eqsat orders and optimizes the work itself
     if not isinstance(subscripts, str):
-        raise UnsupportedError(
-            f"einsum: the subscripts must be a str such as 'ij,jk->ik', got {subscripts!r} "
-            "(numpy's interleaved form einsum(a, [0, 1], b, [1, 2]) is not supported)"
-        )
+        subscripts, operands = _interleaved_subscripts((subscripts, *operands))
     tensors = _operands("einsum", operands)
     spec = parse_subscripts(subscripts, [t.shape for t in tensors])
     views = [_diagonals(t, labels) for t, labels in zip(tensors, spec.inputs, strict=True)]
@@ -809,6 +810,48 @@ def einsum(subscripts: str, *operands: Tensor | float, optimize: object = False)
         result, labels = _contract(result, labels, *views[position], needed)
     result, labels = _sum_labels(result, labels, set(spec.output))
     return result.transpose([labels.index(label) for label in spec.output])
+
+
+# numpy's letters for the interleaved form's integer indices, in order.
+_EINSUM_LETTERS = string.ascii_lowercase + string.ascii_uppercase
+
+
+def _interleaved_subscripts(arguments: Sequence[object]) -> tuple[str, tuple[object, ...]]:
+    """The subscripts and operands of numpy's interleaved einsum arguments: operand, its
+    indices, operand, its indices, ..., and optionally the output's indices. Without them the
+    output is, as numpy has it, `...` if an operand has one, then the indices that occur once,
+    in the order of their numbers (not of their letters: 'B' is 27, after 'b')."""
+    pairs = len(arguments) // 2
+    operands = arguments[0 : 2 * pairs : 2]
+    sublists = [_sublist(s, f"operand {k}") for k, s in enumerate(arguments[1 : 2 * pairs : 2])]
+    if not sublists:
+        raise TypeError("einsum: at least one operand, followed by its list of indices")
+    if len(arguments) % 2:
+        output = _sublist(arguments[-1], "the output")
+    else:
+        counts = Counter(index for sublist in sublists for index in sublist)
+        ellipsis = [Ellipsis] if counts.pop(Ellipsis, 0) else []
+        output = ellipsis + sorted(index for index, count in counts.items() if count == 1)
+    terms = ["".join("..." if i is Ellipsis else _EINSUM_LETTERS[i] for i in s) for s in sublists]
+    output_term = "".join("..." if i is Ellipsis else _EINSUM_LETTERS[i] for i in output)
+    return ",".join(terms) + "->" + output_term, tuple(operands)
+
+
+def _sublist(indices: object, where: str) -> list[Any]:
+    """An interleaved einsum's list of indices, checked: ints in [0, 52) and Ellipsis."""
+    if not isinstance(indices, list | tuple):
+        raise ShapeError(f"einsum: the indices of {where} must be a list, got {indices!r}")
+    checked: list[Any] = []
+    for index in indices:
+        if index is Ellipsis:
+            checked.append(index)
+        elif isinstance(index, int | np.integer) and 0 <= index < len(_EINSUM_LETTERS):
+            checked.append(int(index))
+        else:
+            raise ShapeError(
+                f"einsum: index {index!r} of {where} is neither an int in [0, 52) nor ..."
+            )
+    return checked
 
 
 def _diagonals(t: Tensor, labels: Labels) -> tuple[Tensor, Labels]:

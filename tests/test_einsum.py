@@ -4,6 +4,7 @@ errors, which agree with numpy's on random subscripts."""
 
 from __future__ import annotations
 
+import collections
 import re
 from collections.abc import Callable
 from typing import Any
@@ -156,6 +157,48 @@ def test_random_einsums_compile_and_agree_with_numpy(
     assert_close(np.asarray(got), want, "float64")
 
 
+def interleaved(subscripts: str, operands: list[Any]) -> list[Any]:
+    """numpy's interleaved arguments for `subscripts` (letters become their numpy numbers)."""
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+    def sublist(term: str) -> list[Any]:
+        parts = term.replace("...", ".")
+        return [Ellipsis if part == "." else letters.index(part) for part in parts]
+
+    inputs, _, output = subscripts.partition("->")
+    pairs = zip(operands, map(sublist, inputs.split(",")), strict=True)
+    return [*(x for pair in pairs for x in pair), sublist(output)]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(einsum_problems())
+def test_the_interleaved_form_builds_what_the_subscripts_build(
+    problem: tuple[str, list[Shape]],
+) -> None:
+    """np.einsum(a, [0, 1], b, [1, 2], [0, 2]) is np.einsum("ab,bc->ac", a, b); without the
+    output's list, numpy's own implicit output (its order follows the numbers, not the
+    letters: 'B' is 27, after 'b')."""
+    subscripts, shapes = problem
+    symbols = tensors(*shapes, dtype="float64")
+    arrays = [np.arange(np.prod(shape), dtype=np.float64).reshape(shape) for shape in shapes]
+    explicit = interleaved(numpy_explicit(subscripts), symbols)
+    assert term(np.einsum(*explicit)) == term(np.einsum(subscripts, *symbols))
+    implicit = interleaved(subscripts.partition("->")[0], symbols)[:-1]
+    want = np.einsum(*interleaved(subscripts.partition("->")[0], arrays)[:-1])
+    assert np.einsum(*implicit).shape == want.shape
+    got = eqsat.compile(np.einsum(*implicit), limits=LIMITS, progress=False)(*arrays)
+    assert_close(np.asarray(got), want, "float64")
+
+
+def numpy_explicit(subscripts: str) -> str:
+    """`subscripts` with numpy's output written out when it is implicit."""
+    if "->" in subscripts:
+        return subscripts
+    counts = collections.Counter(c for c in subscripts if c.isalpha())
+    once = "".join(sorted(c for c, n in counts.items() if n == 1))
+    return subscripts + "->" + ("..." if "..." in subscripts else "") + once
+
+
 def _pairwise_chain(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """'ij,jk,kl->il' as eqsat contracts it: the first pair, then the third operand."""
     return np.einsum("ik,kl->il", np.einsum("ij,jk->ik", a, b), c)
@@ -246,7 +289,8 @@ def test_bad_subscripts_name_what_is_wrong(
 @pytest.mark.parametrize(
     ("build", "error", "message"),
     [
-        (lambda a: np.einsum(a, [0, 1]), UnsupportedError, "interleaved form"),
+        (lambda a: np.einsum(a, [0, 52]), ShapeError, "index 52 of operand 0 is neither an int"),
+        (lambda a: np.einsum(a, "ij"), ShapeError, "the indices of operand 0 must be a list"),
         (lambda a: np.einsum("ij", a, out=np.empty((2, 3))), UnsupportedError,
          "numpy.einsum: keyword argument(s) out not supported on eqsat tensors (it takes "
          "optimize)"),
