@@ -832,9 +832,8 @@ def _interleaved_subscripts(arguments: Sequence[object]) -> tuple[str, tuple[obj
         counts = Counter(index for sublist in sublists for index in sublist)
         ellipsis = [Ellipsis] if counts.pop(Ellipsis, 0) else []
         output = ellipsis + sorted(index for index, count in counts.items() if count == 1)
-    terms = ["".join("..." if i is Ellipsis else _EINSUM_LETTERS[i] for i in s) for s in sublists]
-    output_term = "".join("..." if i is Ellipsis else _EINSUM_LETTERS[i] for i in output)
-    return ",".join(terms) + "->" + output_term, tuple(operands)
+    terms = ",".join(map(_sublist_term, sublists))
+    return terms + "->" + _sublist_term(output), tuple(operands)
 
 
 def _sublist(indices: object, where: str) -> list[Any]:
@@ -852,6 +851,11 @@ def _sublist(indices: object, where: str) -> list[Any]:
                 f"einsum: index {index!r} of {where} is neither an int in [0, 52) nor ..."
             )
     return checked
+
+
+def _sublist_term(sublist: Sequence[Any]) -> str:
+    """A checked list of indices (`_sublist`) as a term of subscripts: 0 is 'a', 26 is 'A'."""
+    return "".join("..." if index is Ellipsis else _EINSUM_LETTERS[index] for index in sublist)
 
 
 def _diagonals(t: Tensor, labels: Labels) -> tuple[Tensor, Labels]:
@@ -1074,7 +1078,9 @@ def _cut(
     extent = x.shape[dim]
     if isinstance(indices_or_sections, int | np.integer):
         sections = int(indices_or_sections)
-        if sections < 1 or (equal and extent % sections):
+        if sections < 1:
+            raise ShapeError(f"{name}: the number of sections must be at least 1, got {sections}")
+        if equal and extent % sections:
             raise ShapeError(
                 f"{name}: {sections} sections do not divide extent {extent} of axis {dim} "
                 "equally (numpy.array_split allows unequal sections)"
@@ -1111,10 +1117,13 @@ def pad(
     extent (numpy mirrors wider pads again; UnsupportedError).
     """
     x = _require(x, "pad")
-    if mode not in _PAD_MODES or not _is_scalar(constant_values):
+    if mode not in _PAD_MODES:
         raise UnsupportedError(
-            f"pad: mode={mode!r} is not supported; modes {sorted(_PAD_MODES)} with one "
-            "constant value are"
+            f"pad: mode={mode!r} is not supported; the modes are {sorted(_PAD_MODES)}"
+        )
+    if not _is_scalar(constant_values):
+        raise UnsupportedError(
+            f"pad: constant_values must be one number (not one per side), got {constant_values!r}"
         )
     widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
     if (widths < 0).any():
@@ -1143,10 +1152,11 @@ _PAD_MODES: dict[str, Callable[[int], float]] = {
 def _pad_block(x: Tensor, dim: int, width: int, mode: str, value: float, before: bool) -> Tensor:
     """The block of `width` that `pad` adds to `x` along `dim`, before or after it."""
     extent = x.shape[dim]
-    if width > _PAD_MODES[mode](extent):
+    widest = _PAD_MODES[mode](extent)
+    if width > widest:
         raise UnsupportedError(
-            f"pad: mode={mode!r} pads at most {_PAD_MODES[mode](extent)} elements along axis "
-            f"{dim} of extent {extent}, got {width} (numpy mirrors wider pads again)"
+            f"pad: mode={mode!r} pads at most {widest} elements along axis {dim} of extent "
+            f"{extent}, got {width} (numpy mirrors wider pads again)"
         )
     if mode == "constant":
         return _filled_like(x, dim, width, value)

@@ -38,7 +38,7 @@ from typing import Any, NamedTuple, overload
 
 from egglog import EGraph
 
-from eqsat.core.terms import CONSTRUCTORS, Arg, Term
+from eqsat.core.terms import CONSTRUCTORS, Arg, Term, subterms
 
 NodeCost = Callable[[str, Sequence[Arg], Sequence[float]], float]
 
@@ -165,7 +165,7 @@ class SerializedGraph:
         """
         with _collector_paused():
             index = self._index(root)
-            run = _Worklist(index, node_cost, n, _subterms(written))
+            run = _Worklist(index, node_cost, n, subterms(written))
             complete = run.settle(deadline)
             position = index.position[root]
             ranked = run.best[position]
@@ -247,7 +247,7 @@ class _Worklist:
     """One extraction's state: the best candidates per e-class so far (None: not visited yet;
     [] after a visit that found none)."""
 
-    def __init__(self, index: _Index, node_cost: NodeCost, n: int, written: frozenset[Arg]) -> None:
+    def __init__(self, index: _Index, node_cost: NodeCost, n: int, written: set[Arg]) -> None:
         self.index = index
         self.nodes, self.children = index.nodes, index.children
         self.node_cost = node_cost
@@ -365,12 +365,13 @@ class _Worklist:
         """The `_Candidate.order` of `term`, of `op`, whose children have the orders `parts` (a
         literal: its repr), made once per term: two equal orders are then one object, so
         comparing two orders skips their shared subterms (Python compares identical items as
-        equal without looking inside) instead of walking a DAG's every path."""
+        equal without looking inside) instead of walking a DAG's every path. (The ids in the
+        keys stay valid: each part lives on in the order made from it, which `orders` keeps.)"""
         key = (op, *map(id, parts))
         order = self.orders.get(key)
         if order is None:
-            if isinstance(term, _Unbuilt):
-                term = Term(*term) if self.written else term
+            if isinstance(term, _Unbuilt) and self.written:
+                term = Term(*term)  # (to look it up among the written terms)
             rewritten = 0 if op == "literal" or term in self.written else 1
             size = 1 + sum(part[1] for part in parts if isinstance(part, tuple))
             order = self.orders[key] = (rewritten, size, op, *parts)
@@ -430,18 +431,6 @@ class _Worklist:
             return made[eclass]
 
         return term_of(root)
-
-
-def _subterms(terms: Iterable[Term]) -> frozenset[Arg]:
-    """`terms`, their Term arguments and tuples of arguments, and theirs, down to the leaves."""
-    found: set[Arg] = set()
-    stack: list[Arg] = list(terms)
-    while stack:
-        term = stack.pop()
-        if isinstance(term, (Term, tuple)) and term not in found:
-            found.add(term)
-            stack.extend(term.args if isinstance(term, Term) else term)
-    return frozenset(found)
 
 
 @contextmanager

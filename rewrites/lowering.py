@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from eqsat.core import shapes
 from eqsat.core.errors import DTypeError, ShapeError
 from eqsat.core.terms import REDUCE_IDENTITY, LoopProgram, Term, index_list
+from eqsat.rewrites.flatten import ELEMENTWISE_OPS
 
 EXPENSIVE_UNARY = frozenset(
     {"exp", "log", "tanh", "sigmoid", "sqrt", "erf", "log1p", "expm1", "sin", "cos"}
@@ -284,14 +285,11 @@ def reshape_index(
     return result[::-1]
 
 
-ELEMENTWISE = ("TExpr.unary", "TExpr.binary", "TExpr.where")
-
-
 def _moves_last_dimension(t: Term) -> bool:
     """Whether `t` is a transpose whose last dimension is not its operand's last dimension, or
     an elementwise op with such an operand (`0.125 * K.T`: copying it also scales each element
     once, where read in place the product would scale it once per row of the left operand)."""
-    if t.op in ELEMENTWISE:
+    if t.op in ELEMENTWISE_OPS:
         return any(_moves_last_dimension(a) for a in t.args if isinstance(a, Term))
     if t.op != "TExpr.transpose":
         return False

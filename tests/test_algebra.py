@@ -24,7 +24,7 @@ from eqsat.core.errors import UnsoundMergeError
 from eqsat.core.interp import evaluate
 from eqsat.core.pretty import format_tensor
 from eqsat.core.saturate import Limits, SaturationReport, saturate
-from eqsat.core.terms import Term, TExpr, to_egglog, to_term
+from eqsat.core.terms import Term, TExpr, subterms, to_egglog, to_term
 from eqsat.extract.extractor import SerializedGraph
 from eqsat.extract.tensor_cost import TensorCost
 from eqsat.rewrites.algebra import IDENTITIES, algebra_rules
@@ -230,15 +230,8 @@ def test_one_sub_program_is_chosen_in_one_spelling() -> None:
     have several spellings of one cost ((Q * s) @ K.T, Q @ (K.T * s), ...): every occurrence
     takes the same one, or the kernel would compute the scores more than once."""
     Q, K, V = (eqsat.tensor(name, (32, 8)) for name in "QKV")
-    chosen = eqsat.optimize(eqsat.softmax(Q @ K.T / 8) @ V, progress=False).chosen[0]
-    products: set[Term] = set()
-    stack: list[object] = [chosen]
-    while stack:
-        term = stack.pop()
-        if isinstance(term, Term):
-            if term.op == "TExpr.matmul":
-                products.add(term)
-            stack.extend(term.args)
+    chosen = eqsat.optimize(eqsat.softmax(Q @ K.T / 8) @ V, progress=False).chosen
+    products = [t for t in subterms(chosen) if isinstance(t, Term) and t.op == "TExpr.matmul"]
     assert len(products) == 2, sorted(map(format_tensor, products))
 
 

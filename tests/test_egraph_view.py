@@ -13,7 +13,7 @@ from egglog import EGraph
 
 import eqsat
 from eqsat.core.saturate import Limits, saturate
-from eqsat.core.terms import Term, to_egglog, to_term
+from eqsat.core.terms import Term, subterms, to_egglog, to_term
 from eqsat.extract.extractor import SerializedGraph
 from eqsat.extract.loop_cost import LoopCost
 from eqsat.extract.machine import Machine
@@ -84,11 +84,7 @@ def reachable(graph: SerializedGraph, roots: list[str]) -> list[str]:
 
 
 def distinct_subterms(term: Term) -> set[Term]:
-    found = {term}
-    for arg in term.args:
-        if isinstance(arg, Term):
-            found |= distinct_subterms(arg)
-    return found
+    return {t for t in subterms([term]) if isinstance(t, Term)}
 
 
 # ---------------------------------------------------------------- what is shown

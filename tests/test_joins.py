@@ -56,7 +56,8 @@ def test_array_split_of_random_extents_matches_numpy(data: st.DataObject) -> Non
         np.testing.assert_array_equal(got_part, want_part * np.float32(2))
 
 
-PAD_LIMITS = {"edge": 0, "reflect": -1, "symmetric": 0, "wrap": 0}  # widest pad: extent + this
+# The widest pad drawn: extent + this (edge takes any width; the others what numpy mirrors once).
+PAD_LIMITS = {"edge": 5, "reflect": -1, "symmetric": 0, "wrap": 0}
 
 
 @given(st.data())
@@ -65,7 +66,7 @@ def test_pad_modes_match_numpy(data: st.DataObject) -> None:
     """Each dimension is padded in turn, so later ones pad the earlier padding (the corners)."""
     mode = data.draw(st.sampled_from(sorted(PAD_LIMITS)))
     shape = (data.draw(st.integers(2, 6)), data.draw(st.integers(2, 6)))
-    widest = [extent + PAD_LIMITS[mode] if mode != "edge" else 7 for extent in shape]
+    widest = [extent + PAD_LIMITS[mode] for extent in shape]
     widths = [(data.draw(st.integers(0, w)), data.draw(st.integers(0, w))) for w in widest]
     values = np.random.default_rng(sum(shape)).choice(SPECIAL, size=shape).astype(np.float32)
     padded = np.pad(eqsat.tensor("x", shape), widths, mode=mode)
@@ -74,7 +75,7 @@ def test_pad_modes_match_numpy(data: st.DataObject) -> None:
 
 
 @pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
-def test_stack_split_and_pad_match_numpy_with_special_values(isa: str) -> None:
+def test_stack_splits_and_pads_match_numpy_with_special_values(isa: str) -> None:
     rng = np.random.default_rng(4)
     a_values = rng.choice(SPECIAL, size=(6, 20)).astype(np.float32)
     b_values = rng.choice(SPECIAL, size=(6, 20)).astype(np.float32)
@@ -85,6 +86,9 @@ def test_stack_split_and_pad_match_numpy_with_special_values(isa: str) -> None:
         np.split(a, 4, axis=1)[1] - np.split(b, [2, 5])[1][:1, :5],
         np.pad(a, ((1, 0), (2, 3)), constant_values=-1.5),
         np.pad(b, 1)[:, ::-1],
+        *np.array_split(a, 4, axis=1)[2:],
+        np.pad(a, ((2, 1), (3, 4)), mode="reflect") + np.pad(b, ((1, 2), (7, 0)), mode="wrap"),
+        np.pad(a, ((0, 3), (2, 0)), mode="edge") * np.pad(b, ((3, 0), (0, 2)), mode="symmetric"),
     ]
     kernel = eqsat.compile(outputs, isa=isa, progress=False)
     with np.errstate(invalid="ignore"):
@@ -94,6 +98,11 @@ def test_stack_split_and_pad_match_numpy_with_special_values(isa: str) -> None:
             np.split(a_values, 4, axis=1)[1] - np.split(b_values, [2, 5])[1][:1, :5],
             np.pad(a_values, ((1, 0), (2, 3)), constant_values=-1.5),
             np.pad(b_values, 1)[:, ::-1],
+            *np.array_split(a_values, 4, axis=1)[2:],
+            np.pad(a_values, ((2, 1), (3, 4)), mode="reflect")
+            + np.pad(b_values, ((1, 2), (7, 0)), mode="wrap"),
+            np.pad(a_values, ((0, 3), (2, 0)), mode="edge")
+            * np.pad(b_values, ((3, 0), (0, 2)), mode="symmetric"),
         ]
     for got, expected in zip(kernel(a_values, b_values), want, strict=True):
         np.testing.assert_array_equal(got, expected)
@@ -131,7 +140,9 @@ def test_nested_concatenations_store_each_part_once() -> None:
         (lambda a, b: np.split(a, 2, axis=0), eqsat.ShapeError, "do not divide"),
         (lambda a, b: np.split(a, [0, 2]), eqsat.ShapeError, "selects no element"),
         (lambda a, b: np.array_split(a, 4), eqsat.ShapeError, "would leave 1 empty"),
+        (lambda a, b: np.array_split(a, 0), eqsat.ShapeError, "must be at least 1, got 0"),
         (lambda a, b: np.pad(a, 1, mode="mean"), eqsat.UnsupportedError, "mode='mean' is not"),
+        (lambda a, b: np.pad(a, 1, constant_values=(0, 1)), eqsat.UnsupportedError, "one number"),
         (lambda a, b: np.pad(a, 3, mode="reflect"), eqsat.UnsupportedError, "at most 2 elements"),
         (lambda a, b: np.pad(a, ((0, 0), (5, 0)), mode="wrap"), eqsat.UnsupportedError, "got 5"),
         (lambda a, b: np.pad(a, -1), eqsat.ShapeError, "must not be negative"),

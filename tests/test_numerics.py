@@ -585,3 +585,17 @@ def test_erf_through_the_compiled_c_is_within_4_ulp(isa: str, dtype: str) -> Non
         f"erf({data[numbers][worst]!r}) = {got[numbers][worst]!r}, expected "
         f"{want[numbers][worst]!r}: {distance[worst]} ulp"
     )
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+def test_a_scaled_transposed_right_operand_compiles_to_numpys_values(isa: str) -> None:
+    """The copy of K.T * 0.125 keeps NaN, ±inf and -0.0 where numpy's product has them."""
+    rng = np.random.default_rng(3)
+    x, K = with_specials(rng, (24, 40), 0.05), with_specials(rng, (33, 40), 0.05)
+    with np.errstate(all="ignore"):
+        want = x @ (K.T * np.float32(0.125))
+        wide = x.astype(np.float64) @ (K.T.astype(np.float64) * 0.125)
+    assert np.isfinite(want).any() and not np.isfinite(want).all()  # the seed tests both
+    program = eqsat.tensor("x", x.shape) @ (eqsat.tensor("K", K.shape).T * 0.125)
+    kernel = eqsat.compile(program, isa=isa, progress=False)
+    assert_specials_agree(kernel(x, K), want, wide)  # type: ignore[arg-type]

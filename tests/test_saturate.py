@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -63,7 +64,7 @@ def test_the_node_prediction_uses_the_largest_growth_so_far() -> None:
     unlimited, rules, facts = matmul_egraph()
     sizes = [term_nodes(unlimited)]
     saturate(unlimited, rules, UNTIMED, "p", facts=facts, progress=lambda r: sizes.append(r.nodes))
-    growths = [after / before for before, after in zip(sizes, sizes[1:], strict=False)]
+    growths = [after / before for before, after in itertools.pairwise(sizes)]
     step = next(k for k in range(2, len(growths)) if max(growths[:k]) > 1.2 * growths[k - 1])
     by_last, by_largest = sizes[step] * growths[step - 1], sizes[step] * max(growths[:step])
     egraph, rules, facts = matmul_egraph()

@@ -235,9 +235,9 @@ class Step:
 
 def predicted_step(last: Step, nodes: int, growth: float) -> tuple[float, float]:
     """Term e-nodes after, and seconds of, a step started at `nodes` e-nodes: it grows the
-    e-graph by `growth`, the largest factor a step of the stage did (steps can grow faster than
-    the last one, never mind a budget they would pass), and its time grows by the factor `last`
-    grew it to the power STEP_TIME_GROWTH."""
+    e-graph by `growth`, the largest factor a step of the stage did (a step can grow it faster
+    than the last one did), and its time is `last`'s times the factor `last` grew it by, to the
+    power STEP_TIME_GROWTH."""
     last_growth = max(1.0, nodes / max(1, last.nodes_before))
     return nodes * growth, last.seconds * last_growth**STEP_TIME_GROWTH
 

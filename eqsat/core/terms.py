@@ -18,7 +18,7 @@ Invariants (ARCHITECTURE §3):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -328,6 +328,18 @@ def index_list(items: Sequence[Term]) -> Term:
     for item in reversed(items):
         result = Term("IndexList.cons", (item, result))
     return result
+
+
+def subterms(terms: Iterable[Arg]) -> set[Arg]:
+    """`terms` and every Term and tuple of arguments inside them, each once."""
+    found: set[Arg] = set()
+    stack = list(terms)
+    while stack:
+        term = stack.pop()
+        if isinstance(term, Term | tuple) and term not in found:
+            found.add(term)
+            stack.extend(term.args if isinstance(term, Term) else term)
+    return found
 
 
 def index_items(index_list_term: Term) -> list[Term]:
