@@ -23,6 +23,11 @@ Rules of the translation:
   operand has at least PACK_MIN_ROWS rows: read in place, the vector axis of the product would
   stride through K; copied once, the product is a plain unit-stride matmul that register tiles
   (`eqsat.core.loops.register_tile`).
+- An operand of a matmul whose elements evaluate an expensive function in place (a
+  transcendental or sqrt: `layernorm(x) @ W`, `gelu(h) @ W2`) gets a buffer when the product
+  reuses each element at least PACK_MIN_ROWS times: inlined, the product would evaluate it
+  once per column block (or row block) that reads it. Fusion and temporary contraction
+  (`eqsat.rewrites.contraction`) then keep that buffer to the row blocks in flight.
 """
 
 from __future__ import annotations
@@ -121,6 +126,15 @@ class _Lowering:
         if t.op in ("TExpr.matmul", "TExpr.reduce", "TExpr.concat"):
             return True
         return self.uses[t] > 1 and t.op == "TExpr.unary" and t.args[0] in EXPENSIVE_UNARY
+
+    def computes(self, t: Term) -> bool:
+        """Whether an element of `t`, inlined, evaluates arithmetic (`layernorm(x)`, `relu(h)`,
+        `x * scale`), rather than loading an input or a buffer through layout ops."""
+        if t in self.buffer_of or self.needs_buffer(t) or t.op == "TExpr.input":
+            return False
+        if t.op in ("TExpr.unary", "TExpr.binary", "TExpr.where"):
+            return True
+        return any(self.computes(a) for a in t.args if isinstance(a, Term))
 
     def value_at(self, t: Term, idx: Sequence[Term]) -> Term:
         """The Scalar term of element `idx` of tensor `t`."""
@@ -239,12 +253,17 @@ class _Lowering:
             k = axis(CONTRACTION, self.shape(a)[-1])
             a_idx = [*out_idx[:-1], index_of(k)]
             b_idx = [*out_idx[:-2], index_of(k), out_idx[-1]]
-            if self.shape(a)[-2] >= PACK_MIN_ROWS and _moves_last_dimension(b):
+            reused_a = self.shape(b)[-1] >= PACK_MIN_ROWS  # each element of a, by columns
+            reused_b = self.shape(a)[-2] >= PACK_MIN_ROWS  # each element of b, by rows
+            if reused_a and self.computes(a):
+                left = load(self.materialize(a), a_idx)
+            else:
+                left = self.value_at(a, a_idx)
+            if reused_b and (_moves_last_dimension(b) or self.computes(b)):
                 right = load(self.materialize(b), b_idx)
             else:
                 right = self.value_at(b, b_idx)
-            product = Term("Scalar.binary", ("mul", self.value_at(a, a_idx), right))
-            return k, product
+            return k, Term("Scalar.binary", ("mul", left, right))
         _op, dim, source = t.args
         assert isinstance(dim, int) and isinstance(source, Term)
         r = axis(f"r{dim}", self.shape(source)[dim])

@@ -9,6 +9,7 @@ fully saturated e-graph (every rule at once) must all agree with the interpreter
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -253,6 +254,53 @@ def test_a_transposed_right_operand_is_copied_once_with_its_elementwise_ops(righ
     rng = np.random.default_rng(0)
     x, K = rng.standard_normal((16, 8)), rng.standard_normal((12, 8))
     assert_close(run(program, {"x": x, "K": K}, dtype=np.float64)[0], x @ operand(K), "float64")
+
+
+def _numpy_layernorm(x: np.ndarray) -> np.ndarray:
+    centered = x - x.mean(-1, keepdims=True)
+    return centered / np.sqrt((centered**2).mean(-1, keepdims=True) + 1e-5)
+
+
+COMPUTED_OPERANDS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+    # (x, s, W) -> the product, in eqsat and in numpy
+    "layernorm(x) @ W": (
+        lambda x, s, W: eqsat.layernorm(x) @ W,
+        lambda x, s, W: _numpy_layernorm(x) @ W,
+    ),
+    "relu(x * s) @ W": (
+        lambda x, s, W: eqsat.relu(x * s) @ W,
+        lambda x, s, W: np.maximum(x * s, 0) @ W,
+    ),
+    "x @ (W * s.T)": (
+        lambda x, s, W: x @ (W * s.reshape(-1, 1)),
+        lambda x, s, W: x @ (W * s.reshape(-1, 1)),
+    ),
+}
+
+
+@pytest.mark.parametrize("product", COMPUTED_OPERANDS)
+def test_a_computed_matmul_operand_gets_a_buffer_when_the_product_reuses_it(
+    product: str,
+) -> None:
+    """Inlined, a matmul operand's arithmetic runs once per column block that reads the element
+    (layernorm's sqrt and divide in the product's inner loop: 0.2x numpy); with a buffer it runs
+    once per element and the product multiplies two loads. Below PACK_MIN_ROWS reuses it stays
+    inlined."""
+    build, reference = COMPUTED_OPERANDS[product]
+    plain_product = re.compile(r"\+= \(\w+\[[^]]*\] \* \w+\[[^]]*\]\)$")
+    for columns, buffered in ((16, True), (4, False)):
+        x, s = eqsat.tensor("x", (columns, 12)), eqsat.tensor("s", (12,))
+        W = eqsat.tensor("W", (12, columns))
+        program = lowered(build(x, s, W))
+        accumulate = next(
+            line for line in format_loops(program.body).splitlines() if "out0[i0, i1] +=" in line
+        )
+        assert bool(plain_product.search(accumulate)) == buffered, (columns, accumulate)
+        rng = np.random.default_rng(1)
+        values = {"x": rng.standard_normal((columns, 12)), "s": rng.standard_normal(12)}
+        values["W"] = rng.standard_normal((12, columns))
+        got = run(program, values, dtype=np.float64)[0]
+        assert_close(got, reference(**values), "float64")
 
 
 def test_small_kernels_stay_serial_and_large_ones_run_in_parallel() -> None:

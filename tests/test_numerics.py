@@ -599,3 +599,24 @@ def test_a_scaled_transposed_right_operand_compiles_to_numpys_values(isa: str) -
     program = eqsat.tensor("x", x.shape) @ (eqsat.tensor("K", K.shape).T * 0.125)
     kernel = eqsat.compile(program, isa=isa, progress=False)
     assert_specials_agree(kernel(x, K), want, wide)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+def test_a_layernorm_before_a_matmul_compiles_to_numpys_values(isa: str) -> None:
+    """layernorm(x) @ W normalizes x into a buffer of row blocks first: NaN, ±inf and -0.0 in x
+    (a row holding one is NaN throughout) reach the product where numpy's have them."""
+    rng = np.random.default_rng(4)
+    x = with_specials(rng, (40, 48), 0.01)
+    x[3, 5] = -0.0
+    W = rng.uniform(-1, 1, (48, 24)).astype(np.float32)
+
+    def reference(x: np.ndarray, W: np.ndarray) -> np.ndarray:
+        centered = x - x.mean(1, keepdims=True)
+        return centered / np.sqrt((centered**2).mean(1, keepdims=True) + 1e-5) @ W
+
+    with np.errstate(all="ignore"):
+        want, wide = reference(x, W), reference(x.astype(np.float64), W.astype(np.float64))
+    assert np.isfinite(want).any() and not np.isfinite(want).all()  # the seed tests both
+    program = eqsat.layernorm(eqsat.tensor("x", x.shape)) @ eqsat.tensor("W", W.shape)
+    kernel = eqsat.compile(program, isa=isa, progress=False)
+    assert_specials_agree(kernel(x, W), want, wide)  # type: ignore[arg-type]

@@ -42,15 +42,17 @@ from eqsat.tools import model_check, sweep
 from eqsat.tools.workloads import (
     Result,
     Workload,
+    attention_workload,
     cold_compile_cache,
     elementwise_workload,
+    gelu_matmul_workload,
+    layernorm_matmul_workload,
     layernorm_workload,
     matmul_workload,
     mlp_workload,
     numexpr_baseline,
     numexpr_module,
     numpy_gelu,
-    numpy_softmax,
     omp_threads,
     run_workload,
     softmax_workload,
@@ -84,15 +86,12 @@ def workloads(quick: bool = False) -> list[Workload]:
         layernorm_workload(rows, rows, target=6.0),
         matmul_workload(size, size, size, target=0.8),
         mlp_workload(size // 2, size, size, target=0.9),
-        Workload(
-            "attention",
-            f"softmax(Q @ K.T / 8) @ V, Q K V {size}x{head}",
-            {"Q": (size, head), "K": (size, head), "V": (size, head)},
-            lambda Q, K, V: eqsat.softmax(Q @ K.T / 8) @ V,
-            lambda Q, K, V: numpy_softmax(Q @ K.T / 8) @ V,
-            target=1.5,
-            flops=4.0 * size * size * head,
-        ),
+        attention_workload("attention", size, head, target=2.5),
+        attention_workload("attention-short", size // 4, head // 2, target=2.0),
+        attention_workload("attention-long", 2 * size, head, target=2.0),
+        attention_workload("attention-wide", 4 * size, 2 * head, target=2.0),
+        layernorm_matmul_workload(rows, size // 2, size // 2, target=1.2),
+        gelu_matmul_workload(rows, size // 2, 2 * size, target=1.2),
         Workload(
             "chain",
             f"A @ B @ v, n={chain}; numpy column = np.linalg.multi_dot",
@@ -322,9 +321,7 @@ def main(argv: Sequence[str], machine: Machine | None = None) -> int:
     names = [workload.name for workload in workloads(quick=True)]
     check_names = [f"calibration:{w.name}" for w in model_check.workloads(quick=True)]
     options = _parse(argv, [*names, "overhead", "calibration", *check_names])
-    chosen = set(
-        options.only.split(",") if options.only else [*names, "overhead", "calibration"]
-    )
+    chosen = set(options.only.split(",") if options.only else [*names, "overhead", "calibration"])
     selected = [workload for workload in workloads(options.quick) if workload.name in chosen]
     checks_selected = [
         workload
@@ -384,9 +381,7 @@ def main(argv: Sequence[str], machine: Machine | None = None) -> int:
             json.dump(report, handle, indent=2)
     bad = [r.name for r in results if r.failure is not None or not r.correct]
     bad += [r.description for r in swept if r.failure is not None or not r.correct]
-    bad += [
-        f"calibration:{c.name}" for c in checks if c.failure is not None or c.wrong
-    ]
+    bad += [f"calibration:{c.name}" for c in checks if c.failure is not None or c.wrong]
     if bad:
         print(f"!! FAILED OR MISMATCHED: {', '.join(bad)}")
     return 1 if bad else 0

@@ -149,6 +149,45 @@ def mlp_workload(m: int, k: int, n: int, target: float) -> Workload:
     )
 
 
+def attention_workload(name: str, seq: int, head: int, target: float) -> Workload:
+    """One attention head `softmax(Q @ K.T / 8) @ V`, Q K V of (seq, head)."""
+    return Workload(
+        name,
+        f"softmax(Q @ K.T / 8) @ V, Q K V {seq}x{head}",
+        {"Q": (seq, head), "K": (seq, head), "V": (seq, head)},
+        lambda Q, K, V: eqsat.softmax(Q @ K.T / 8) @ V,
+        lambda Q, K, V: numpy_softmax(Q @ K.T / 8) @ V,
+        target=target,
+        flops=4.0 * seq * seq * head,
+    )
+
+
+def layernorm_matmul_workload(m: int, k: int, n: int, target: float) -> Workload:
+    """`layernorm(x) @ W` (a pre-norm projection), x of (m, k), W of (k, n)."""
+    return Workload(
+        "layernorm-matmul",
+        f"layernorm(x) @ W, x {m}x{k}, W {k}x{n}",
+        {"x": (m, k), "weight": (k,), "bias": (k,), "W": (k, n)},
+        lambda x, weight, bias, W: eqsat.layernorm(x, weight, bias) @ W,
+        lambda x, weight, bias, W: numpy_layernorm(x, weight, bias) @ W,
+        target=target,
+        flops=2.0 * m * k * n,
+    )
+
+
+def gelu_matmul_workload(m: int, k: int, n: int, target: float) -> Workload:
+    """`gelu(x @ W + b)` (a feed-forward layer's first half), x of (m, k), W of (k, n)."""
+    return Workload(
+        "gelu-matmul",
+        f"gelu(x @ W + b) (tanh form), x {m}x{k}, W {k}x{n}",
+        {"x": (m, k), "W": (k, n), "b": (n,)},
+        lambda x, W, b: eqsat.gelu(x @ W + b),
+        lambda x, W, b: numpy_gelu(x @ W + b),
+        target=target,
+        flops=2.0 * m * k * n,
+    )
+
+
 def softmax_workload(rows: int, columns: int, target: float) -> Workload:
     """`eqsat.softmax` over the rows of a (rows, columns) matrix."""
     return Workload(
@@ -271,5 +310,3 @@ def _check(
 def _at(row: Mapping[int, float], threads: int) -> float:
     """The figure of `row` at the largest measured thread count <= `threads`."""
     return row[max(t for t in row if t <= threads)]
-
-
