@@ -20,6 +20,8 @@ from eqsat.tools.workloads import (
     Result,
     Workload,
     elementwise_workload,
+    gelu_matmul_workload,
+    layernorm_matmul_workload,
     layernorm_workload,
     matmul_workload,
     mlp_workload,
@@ -54,6 +56,24 @@ FAMILIES = (
         "layernorm", 2, (8, 8192), 1.6e7, lambda s: layernorm_workload(s[0], s[1], 2.0), 3.5, 2.0
     ),
     Family("elementwise", 2, (4, 8192), 1.6e7, lambda s: elementwise_workload(s, 1.0), 2.5, 1.0),
+    Family(
+        "layernorm-matmul",
+        3,
+        (8, 2048),
+        2.0e9,
+        lambda s: layernorm_matmul_workload(s[0], s[1], s[2], 0.9),
+        1.2,
+        0.9,
+    ),
+    Family(
+        "gelu-matmul",
+        3,
+        (8, 2048),
+        2.0e9,
+        lambda s: gelu_matmul_workload(s[0], s[1], s[2], 1.0),
+        1.5,
+        1.0,
+    ),
 )
 
 
