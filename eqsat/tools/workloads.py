@@ -138,12 +138,32 @@ def matmul_workload(m: int, k: int, n: int, target: float) -> Workload:
 
 def mlp_workload(m: int, k: int, n: int, target: float) -> Workload:
     """A dense layer `relu(x @ W + b)`, x of (m, k), W of (k, n)."""
+    relu = partial(np.maximum, 0)
+    return _dense_layer("mlp", "relu", eqsat.relu, relu, (m, k, n), target)
+
+
+def gelu_matmul_workload(m: int, k: int, n: int, target: float) -> Workload:
+    """`gelu(x @ W + b)` (tanh form; a feed-forward layer's first half), x of (m, k), W of
+    (k, n)."""
+    return _dense_layer("gelu-matmul", "gelu", eqsat.gelu, numpy_gelu, (m, k, n), target)
+
+
+def _dense_layer(
+    name: str,
+    activation: str,
+    program: Callable[[eqsat.Tensor], eqsat.Tensor],
+    reference: Callable[[np.ndarray], np.ndarray],
+    shape: tuple[int, int, int],
+    target: float,
+) -> Workload:
+    """`activation(x @ W + b)`, x of (m, k), W of (k, n) for `shape` (m, k, n)."""
+    m, k, n = shape
     return Workload(
-        "mlp",
-        f"relu(x @ W + b), x {m}x{k}, W {k}x{n}",
+        name,
+        f"{activation}(x @ W + b), x {m}x{k}, W {k}x{n}",
         {"x": (m, k), "W": (k, n), "b": (n,)},
-        lambda x, W, b: eqsat.relu(x @ W + b),
-        lambda x, W, b: np.maximum(x @ W + b, 0),
+        lambda x, W, b: program(x @ W + b),
+        lambda x, W, b: reference(x @ W + b),
         target=target,
         flops=2.0 * m * k * n,
     )
@@ -170,19 +190,6 @@ def layernorm_matmul_workload(m: int, k: int, n: int, target: float) -> Workload
         {"x": (m, k), "weight": (k,), "bias": (k,), "W": (k, n)},
         lambda x, weight, bias, W: eqsat.layernorm(x, weight, bias) @ W,
         lambda x, weight, bias, W: numpy_layernorm(x, weight, bias) @ W,
-        target=target,
-        flops=2.0 * m * k * n,
-    )
-
-
-def gelu_matmul_workload(m: int, k: int, n: int, target: float) -> Workload:
-    """`gelu(x @ W + b)` (a feed-forward layer's first half), x of (m, k), W of (k, n)."""
-    return Workload(
-        "gelu-matmul",
-        f"gelu(x @ W + b) (tanh form), x {m}x{k}, W {k}x{n}",
-        {"x": (m, k), "W": (k, n), "b": (n,)},
-        lambda x, W, b: eqsat.gelu(x @ W + b),
-        lambda x, W, b: numpy_gelu(x @ W + b),
         target=target,
         flops=2.0 * m * k * n,
     )
