@@ -142,7 +142,8 @@ def test_sweep_shapes_are_seeded_bounded_and_mostly_not_multiples_of_8() -> None
 
 
 def test_sweep_runs_checks_and_summarizes_a_family() -> None:
-    tiny = sweep.Family("elementwise", 2, (3, 40), 2000, sweep.FAMILIES[-1].workload, 2.5, 1.0)
+    elementwise = next(family for family in sweep.FAMILIES if family.name == "elementwise")
+    tiny = sweep.Family("elementwise", 2, (3, 40), 2000, elementwise.workload, 2.5, 1.0)
     results, summaries = sweep.run_sweep([tiny], 2, 0, fake_machine(), 1)
     assert len(results) == 2 and all(r.correct for r in results)
     (summary,) = summaries
@@ -192,3 +193,24 @@ def test_settled_blocks_time_the_steady_state_not_the_first_calls_after_idle() -
     # One untimed call after idle left two slow calls in a block of ~5: a median of ~190 us.
     medians = interleaved_medians({"f": WakesSlowly()}, repeats=5, settle_seconds=0.05)
     assert medians["f"] < 120e-6
+
+
+NEW_WORKLOADS = ["attention-short", "attention-long", "layernorm-matmul", "gelu-matmul"]
+
+
+@pytest.mark.parametrize("name", NEW_WORKLOADS)
+def test_a_quick_workload_compiles_to_its_numpy_reference(name: str) -> None:
+    """The program and the numpy reference of a workload compute one thing (the check a bench
+    run makes before timing)."""
+    workload = next(w for w in bench.workloads(quick=True) if w.name == name)
+    result = workloads.run_workload(workload, fake_machine(), 1, np.random.default_rng(0))
+    assert result.failure is None and result.correct is True, result
+
+
+@pytest.mark.parametrize("family", sweep.FAMILIES, ids=lambda family: family.name)
+def test_every_sweep_family_builds_a_checked_workload(family: sweep.Family) -> None:
+    shape = (9, 10, 11)[: family.dimensions]
+    result = workloads.run_workload(
+        family.workload(shape), fake_machine(), 1, np.random.default_rng(0)
+    )
+    assert result.failure is None and result.correct is True, result
