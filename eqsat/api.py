@@ -40,6 +40,7 @@ from eqsat.rewrites.contraction import contract_temporaries
 from eqsat.rewrites.flatten import flatten, is_flattenable
 from eqsat.rewrites.lowering import collect_inputs, lower
 from eqsat.rewrites.packing import pack_panels
+from eqsat.rewrites.row_blocks import fuse_row_blocks
 from eqsat.rewrites.rule import Identity
 from eqsat.rewrites.schedule import ROOT, schedule
 from eqsat.view.egraph_view import EGraphPicture, draw_egraph
@@ -368,6 +369,7 @@ def _schedule_loops(
     canonical_cost = cost.estimate(canonical.body).cycles
     if predicted > canonical_cost:  # a deadline's best-so-far can be worse than the start
         body = canonical.body
+    body = fuse_row_blocks(body, lambda option: cost.estimate(option).cycles)
     return _Scheduled(
         form=form,
         canonical=canonical,

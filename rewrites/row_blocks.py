@@ -1,0 +1,189 @@
+"""Row-block fusion: consecutive loops over blocks of the same rows become one loop.
+
+    for i0.outer(8) parallel: scores            for i0.outer(8) parallel:
+    for i0.outer(32) parallel: softmax    ->      scores; softmax; P @ V   (8 rows at a time)
+    for i0.outer(8) parallel: P @ V
+
+Attention's extracted nest computes the 1024 x 1024 scores, then their softmax, then `P @ V`,
+each in a parallel loop over blocks of rows, and every pass sends the scores through the caches
+and DRAM. Run one block of rows at a time, the scores of a block (8 x 1024) stay in L2:
+temporary contraction (`eqsat.rewrites.contraction`, which runs next) shrinks them to the block.
+Measured on attention 1024 x 64: 2.45 against 1.44 ms (docs/MEASUREMENTS.md).
+
+The e-graph holds such fused nests in principle (split each loop by the same tile, then
+fuse-siblings), but only after more rounds than the work budget allows, and only when every
+loop was split by the same tile. Changing a loop's tile rewrites every piece of its axis in its
+body, the substitution that ARCHITECTURE §3 keeps out of the e-graph, so this is a pass over the
+extracted nest, like contraction and packing. A run of top-level statements fuses when
+1. each is a loop over `a.outer(T)` for one named axis `a` (its own tile T), or over `a` itself
+   (any tile: its body goes inside a loop over `a.inner(T)`), serial or parallel;
+2. every buffer that one of them writes and another touches is accessed by all of them with
+   plain `a` as its first index: block b of a later loop reads only rows of block b, which the
+   earlier loops have written by then, and writes rows no other block reads;
+3. the common tile is one of the loops' own tiles (or none, when no loop is split: they fuse
+   over `a`), and a loop whose tile changes has no unrolled loop over a piece of `a` (a
+   register tile keeps its rows).
+The fused loop is parallel when all of them were (their blocks are then independent). The
+caller passes the cost model: the fused program is kept only where it is predicted faster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from eqsat.core.loops import accesses, pieces_of, top_statements
+from eqsat.core.terms import Term, index_items
+from eqsat.rewrites.lowering import seq
+
+PARALLEL = Term("LoopKind.parallel", ())
+SERIAL = Term("LoopKind.serial", ())
+
+
+def fuse_row_blocks(body: Term, price: Callable[[Term], float]) -> Term:
+    """`body` (an extracted nest) with each fusable run of row-block loops fused (module doc),
+    at the tile `price` (predicted cycles of a whole body) finds cheapest, where that is
+    cheaper than leaving the run as it is."""
+    allocs: list[tuple[object, object]] = []
+    while body.op == "Stmt.alloc":
+        allocs.append((body.args[0], body.args[1]))
+        body = body.args[2]  # type: ignore[assignment]
+    statements = top_statements(body)
+
+    def whole(parts: list[Term]) -> Term:
+        result = seq(parts)
+        for name, shape in reversed(allocs):
+            result = Term("Stmt.alloc", (name, shape, result))
+        return result
+
+    start = 0
+    while start < len(statements):
+        end = _run_end(statements, start)
+        if end - start >= 2:
+            options = [whole(statements)]
+            for tile in _common_tiles(statements[start:end]):
+                fused = _fused(statements[start:end], tile)
+                options.append(whole([*statements[:start], fused, *statements[end:]]))
+            best = min(options, key=price)  # the unfused body first: it wins ties
+            if best is not options[0]:
+                statements = top_statements(_without_allocs(best, len(allocs)))
+                end = start + 1
+        start = end
+    return whole(statements)
+
+
+def _without_allocs(body: Term, count: int) -> Term:
+    for _ in range(count):
+        body = body.args[2]  # type: ignore[assignment]
+    return body
+
+
+def _row_axis(statement: Term) -> tuple[Term, int | None] | None:
+    """(a, T) for a serial or parallel loop over `a.outer(T)`, (a, None) for one over `a`
+    itself (a named axis), else None."""
+    if statement.op != "Stmt.loop" or statement.args[1] not in (SERIAL, PARALLEL):
+        return None
+    axis = statement.args[0]
+    assert isinstance(axis, Term)
+    if axis.op == "Axis.named":
+        return axis, None
+    if axis.op != "Axis.outer" or axis.args[0].op != "Axis.named":  # type: ignore[union-attr]
+        return None
+    return axis.args[0], int(axis.args[1])  # type: ignore[return-value, arg-type]
+
+
+def _run_end(statements: list[Term], start: int) -> int:
+    """The end of the longest run of row-block loops from `start` that may fuse (conditions 1
+    and 2 of the module doc); start + 1 when `statements[start]` starts none."""
+    first = _row_axis(statements[start])
+    if first is None:
+        return start + 1
+    end = start + 1
+    while end < len(statements):
+        row = _row_axis(statements[end])
+        if row is None or row[0] != first[0] or not _rows_local(statements[start : end + 1]):
+            break
+        end += 1
+    return end
+
+
+def _rows_local(run: list[Term]) -> bool:
+    """Condition 2: every buffer one loop of `run` writes and another touches is accessed with
+    plain `a` first by every loop of the run."""
+    row_axis = _row_axis(run[0])
+    assert row_axis is not None
+    plain = Term("Index.axis", (row_axis[0],))
+    written = {buffer for statement in run for buffer in _written(statement)}
+    for buffer in written:
+        users = [s for s in run if accesses(s, buffer)]
+        if len(users) < 2:
+            continue
+        indices = [ix for s in users for ix in accesses(s, buffer)]
+        if not all(index_items(ix)[0] == plain for ix in indices):  # type: ignore[arg-type]
+            return False
+    return True
+
+
+def _written(term: Term) -> Iterator[str]:
+    if term.op in ("Stmt.store", "Stmt.accumulate"):
+        yield str(term.args[0])
+    for a in term.args:
+        if isinstance(a, Term) and a.op.startswith("Stmt."):
+            yield from _written(a)
+
+
+def _common_tiles(run: list[Term]) -> list[int | None]:
+    """The tiles of `run`'s split loops that every loop may take (condition 3), in first-seen
+    order; [None] when no loop of the run is split (they fuse over the axis itself)."""
+    tiles = [tile for s in run if (tile := _row_axis(s)[1]) is not None]  # type: ignore[index]
+    if not tiles:
+        return [None]
+    allowed = [
+        tile
+        for tile in dict.fromkeys(tiles)
+        if all(_row_axis(s)[1] in (tile, None) or not _unrolls_rows(s) for s in run)  # type: ignore[index]
+    ]
+    return allowed
+
+
+def _unrolls_rows(statement: Term) -> bool:
+    """True when a loop inside `statement` unrolls a piece of its row axis."""
+    row_axis = _row_axis(statement)
+    assert row_axis is not None
+
+    def visit(s: Term) -> bool:
+        if s.op == "Stmt.loop":
+            kind, axis = s.args[1], s.args[0]
+            assert isinstance(kind, Term) and isinstance(axis, Term)
+            if kind.op == "LoopKind.unroll" and row_axis[0] in pieces_of(axis):
+                return True
+        return any(visit(a) for a in s.args if isinstance(a, Term) and a.op.startswith("Stmt."))
+
+    return visit(statement.args[2])  # type: ignore[arg-type]
+
+
+def _fused(run: list[Term], tile: int | None) -> Term:
+    """One loop running the bodies of `run`: over `a.outer(tile)` with each body split by
+    `tile` (a loop over `a` itself gets a loop over `a.inner(tile)`), or over `a` when `tile`
+    is None."""
+    row_axis = _row_axis(run[0])[0]  # type: ignore[index]
+    bodies = []
+    for statement in run:
+        own = _row_axis(statement)[1]  # type: ignore[index]
+        body = statement.args[2]
+        assert isinstance(body, Term)
+        if tile is not None and own is None:
+            body = Term("Stmt.loop", (Term("Axis.inner", (row_axis, tile)), SERIAL, body))
+        elif tile is not None:
+            body = _retiled(body, row_axis, own, tile)
+        bodies.append(body)
+    axis = row_axis if tile is None else Term("Axis.outer", (row_axis, tile))
+    kind = PARALLEL if all(s.args[1] == PARALLEL for s in run) else SERIAL
+    return Term("Stmt.loop", (axis, kind, seq(bodies)))
+
+
+def _retiled(term: Term, row_axis: Term, old: int, new: int) -> Term:
+    """`term` with `row_axis` split by `new` wherever it was split by `old`."""
+    if term.op in ("Axis.outer", "Axis.inner") and term.args == (row_axis, old):
+        return Term(term.op, (row_axis, new))
+    args = tuple(_retiled(a, row_axis, old, new) if isinstance(a, Term) else a for a in term.args)
+    return Term(term.op, args)

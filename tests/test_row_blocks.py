@@ -1,0 +1,161 @@
+"""Row-block fusion (eqsat.rewrites.row_blocks): which runs of row loops fuse, at which tile, and
+that the fused program computes what the unfused one did (interpreter and compiled C)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import eqsat
+from eqsat.core.interp import run
+from eqsat.core.loops import top_statements
+from eqsat.core.pretty import format_loops
+from eqsat.core.terms import LoopProgram, Term
+from eqsat.rewrites.lowering import seq
+from eqsat.rewrites.row_blocks import fuse_row_blocks
+from tests.machines import PINNED
+from tests.programs import agrees_with_interpreter, assert_variant_agrees
+from tests.test_loops import at, inner, named, nest, outer
+from tests.test_numerics import assert_specials_agree, with_specials
+
+ROWS, COLUMNS = 24, 20
+ROW, J = named("i0", ROWS), named("i1", COLUMNS)
+
+
+def load(buffer: str, index: Term) -> Term:
+    return Term("Scalar.load", (buffer, index))
+
+
+def binary(op: str, a: Term, b: Term) -> Term:
+    return Term("Scalar.binary", (op, a, b))
+
+
+def row_loop(tile: int, kind: str, rows_kind: str, store: Term) -> Term:
+    """for i0.outer(tile) kind: for i0.inner(tile) rows_kind: for i1 vector: store."""
+    loops = [(outer(ROW, tile), kind, ()), (inner(ROW, tile), rows_kind, ())]
+    if rows_kind == "unroll":
+        loops[1] = (inner(ROW, tile), "unroll", (tile,))
+    return nest([*loops, (J, "vector", ())], store)
+
+
+def two_passes(
+    first: tuple[int, str, str], second: tuple[int, str, str], read: Term | None = None
+) -> LoopProgram:
+    """t0 = x * 2 in row blocks of one tile, then out0 = t0[read] + x in blocks of another."""
+    doubled = binary("mul", load("in0", at(ROW, J)), Term("Scalar.const", (2.0,)))
+    produce = row_loop(*first, Term("Stmt.store", ("t0", at(ROW, J), doubled)))
+    value = binary("add", load("t0", read or at(ROW, J)), load("in0", at(ROW, J)))
+    consume = row_loop(*second, Term("Stmt.store", ("out0", at(ROW, J), value)))
+    body = Term("Stmt.alloc", ("t0", (ROWS, COLUMNS), seq([produce, consume])))
+    return LoopProgram(body, (("x", (ROWS, COLUMNS)),), ((ROWS, COLUMNS),), "float64")
+
+
+def fewest_statements(body: Term) -> float:
+    """A price that prefers fused programs: top-level statements under the allocations."""
+    while body.op == "Stmt.alloc":
+        body = body.args[2]  # type: ignore[assignment]
+    return len(top_statements(body))
+
+
+def fused_tiles(program: LoopProgram, price=fewest_statements) -> list[int]:  # type: ignore[no-untyped-def]
+    """The tiles of the top-level loops after fusion, checked against the unfused program."""
+    body = fuse_row_blocks(program.body, price)
+    inputs = {"x": np.random.default_rng(2).standard_normal((ROWS, COLUMNS))}
+    want = run(program, inputs, dtype=np.float64)[0]
+    assert_variant_agrees(run(program.with_body(body), inputs, dtype=np.float64)[0], want, body)
+    while body.op == "Stmt.alloc":
+        body = body.args[2]  # type: ignore[assignment]
+    return [int(s.args[0].args[1]) for s in top_statements(body)]  # type: ignore[union-attr]
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    first=st.tuples(st.sampled_from([4, 8, 5]), st.sampled_from(["serial", "parallel"])),
+    second=st.tuples(st.sampled_from([4, 8, 5]), st.sampled_from(["serial", "parallel"])),
+)
+def test_row_loops_over_the_same_rows_fuse_and_compute_the_same(
+    first: tuple[int, str], second: tuple[int, str]
+) -> None:
+    """Two passes over row blocks of any tiles (5 leaves a remainder block) become one loop, at
+    the first's tile (the price ties: the first tile found wins), parallel only when both were."""
+    program = two_passes((*first, "serial"), (*second, "serial"))
+    assert fused_tiles(program) == [first[0]]
+    (fused,) = top_statements(fuse_row_blocks(program.body, fewest_statements).args[2])  # type: ignore[arg-type]
+    both_parallel = first[1] == second[1] == "parallel"
+    assert fused.args[1].op == ("LoopKind.parallel" if both_parallel else "LoopKind.serial")  # type: ignore[union-attr]
+
+
+def test_a_register_tiles_rows_keep_their_count() -> None:
+    """The consumer unrolls its 4 rows (a register tile): the common tile is 4, not 8."""
+    program = two_passes((8, "parallel", "serial"), (4, "parallel", "unroll"))
+    assert fused_tiles(program) == [4]
+    both_unrolled = two_passes((8, "parallel", "unroll"), (4, "parallel", "unroll"))
+    assert fused_tiles(both_unrolled) == [8, 4]  # no tile both may take
+
+
+@pytest.mark.parametrize(
+    "read", [at(J, ROW), Term("IndexList.cons", (Term("Index.const", (ROWS - 1,)), at(J)))]
+)
+def test_a_buffer_read_across_rows_keeps_the_loops_apart(read: Term) -> None:
+    """out0[i0, i1] reads t0 transposed, or t0's last row for every row: a block would read rows
+    a later block writes."""
+    program = two_passes((4, "parallel", "serial"), (4, "parallel", "serial"), read)
+    if read == at(J, ROW):
+        program = _square(program, COLUMNS)  # (read transposed: as many rows as columns)
+    assert fuse_row_blocks(program.body, fewest_statements) == program.body
+
+
+def _square(program: LoopProgram, n: int) -> LoopProgram:
+    """`program` with both axes of extent n (so that t0 can be read transposed)."""
+
+    def resize(term: Term) -> Term:
+        if term.op == "Axis.named":
+            return Term("Axis.named", (term.args[0], n))
+        return Term(term.op, tuple(resize(a) if isinstance(a, Term) else a for a in term.args))
+
+    body = resize(program.body)
+    body = Term("Stmt.alloc", ("t0", (n, n), body.args[2]))
+    return LoopProgram(body, (("x", (n, n)),), ((n, n),), "float64")
+
+
+def test_the_cost_model_keeps_the_loops_apart_when_fusing_is_not_cheaper() -> None:
+    program = two_passes((4, "parallel", "serial"), (8, "parallel", "serial"))
+    assert fused_tiles(program, lambda body: -fewest_statements(body)) == [4, 8]
+
+
+def test_attention_runs_its_softmax_and_product_one_row_block_at_a_time() -> None:
+    """The extracted attention nest has the softmax and `P @ V` in loops of different tiles;
+    fused, the exponentials live in a block of rows (contracted), and the kernel agrees with
+    numpy on NaN, ±inf and -0.0 in the inputs."""
+    shape = (256, 32)
+    Q, K, V = (eqsat.tensor(name, shape) for name in "QKV")
+    program = eqsat.softmax(Q @ K.T / 8) @ V
+    optimized = eqsat.optimize(program, machine=PINNED, progress=False)
+    nest_text = format_loops(optimized.program.body)
+    exps = [line for line in nest_text.splitlines() if "exp(" in line]
+    assert exps and all(line.split("[")[1].startswith("i0.inner") for line in exps), nest_text
+    kernel = eqsat.compile(program, machine=PINNED, progress=False)
+    rng = np.random.default_rng(8)
+    values = {name: with_specials(rng, shape, 0.002) for name in "QKV"}
+    values["Q"][3, 4] = -0.0
+
+    def reference(Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> np.ndarray:
+        scores = Q @ K.T / 8
+        e = np.exp(scores - scores.max(1, keepdims=True))
+        return e / e.sum(1, keepdims=True) @ V
+
+    with np.errstate(all="ignore"):
+        want = reference(**values)
+        wide = reference(**{name: v.astype(np.float64) for name, v in values.items()})
+    assert_specials_agree(kernel(**values), want, wide)
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "scalar"])
+def test_fused_row_blocks_compile_to_the_interpreters_values(isa: str) -> None:
+    """The fused loop (a remainder block of 4 rows included) in C at every ISA."""
+    program = two_passes((5, "parallel", "serial"), (8, "parallel", "serial"))
+    fused = program.with_body(fuse_row_blocks(program.body, fewest_statements))
+    assert fused.body != program.body
+    agrees_with_interpreter(LoopProgram(fused.body, fused.inputs, fused.outputs, "float32"), isa)
