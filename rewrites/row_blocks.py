@@ -40,9 +40,9 @@ SERIAL = Term("LoopKind.serial", ())
 
 
 def fuse_row_blocks(body: Term, price: Callable[[Term], float]) -> Term:
-    """`body` (an extracted nest) with each fusable run of row-block loops fused (module doc),
-    at the tile `price` (predicted cycles of a whole body) finds cheapest, where that is
-    cheaper than leaving the run as it is."""
+    """`body` (an extracted nest) with runs of row-block loops fused (module doc): the fusion
+    (run and tile) that `price` (predicted cycles of a whole body) finds cheapest, again and
+    again while one is cheaper than the body so far."""
     allocs: list[tuple[object, object]] = []
     while body.op == "Stmt.alloc":
         allocs.append((body.args[0], body.args[1]))
@@ -55,26 +55,21 @@ def fuse_row_blocks(body: Term, price: Callable[[Term], float]) -> Term:
             result = Term("Stmt.alloc", (name, shape, result))
         return result
 
-    start = 0
-    while start < len(statements):
-        end = _run_end(statements, start)
-        if end - start >= 2:
-            options = [whole(statements)]
-            for tile in _common_tiles(statements[start:end]):
-                fused = _fused(statements[start:end], tile)
-                options.append(whole([*statements[:start], fused, *statements[end:]]))
-            best = min(options, key=price)  # the unfused body first: it wins ties
-            if best is not options[0]:
-                statements = top_statements(_without_allocs(best, len(allocs)))
-                end = start + 1
-        start = end
-    return whole(statements)
-
-
-def _without_allocs(body: Term, count: int) -> Term:
-    for _ in range(count):
-        body = body.args[2]  # type: ignore[assignment]
-    return body
+    best, best_price = statements, price(whole(statements))
+    while True:  # the best single fusion, until none is predicted faster
+        options = [
+            [*best[:start], _fused(run[:length], tile), *best[start + length :]]
+            for start in range(len(best))
+            for run in [_run(best, start)]
+            for length in range(2, len(run) + 1)
+            for tile in _common_tiles(run[:length])
+        ]
+        priced = [(price(whole(option)), option) for option in options]
+        cheapest = min(priced, key=lambda pair: pair[0], default=None)
+        if cheapest is None or cheapest[0] >= best_price:
+            break
+        best_price, best = cheapest
+    return whole(best)
 
 
 def _row_axis(statement: Term) -> tuple[Term, int | None] | None:
@@ -91,19 +86,19 @@ def _row_axis(statement: Term) -> tuple[Term, int | None] | None:
     return axis.args[0], int(axis.args[1])  # type: ignore[return-value, arg-type]
 
 
-def _run_end(statements: list[Term], start: int) -> int:
-    """The end of the longest run of row-block loops from `start` that may fuse (conditions 1
-    and 2 of the module doc); start + 1 when `statements[start]` starts none."""
+def _run(statements: list[Term], start: int) -> list[Term]:
+    """The longest run of row-block loops from `start` that may fuse (conditions 1 and 2 of
+    the module doc); [] when `statements[start]` starts none."""
     first = _row_axis(statements[start])
     if first is None:
-        return start + 1
-    end = start + 1
-    while end < len(statements):
-        row = _row_axis(statements[end])
-        if row is None or row[0] != first[0] or not _rows_local(statements[start : end + 1]):
+        return []
+    run = [statements[start]]
+    for statement in statements[start + 1 :]:
+        row = _row_axis(statement)
+        if row is None or row[0] != first[0] or not _rows_local([*run, statement]):
             break
-        end += 1
-    return end
+        run.append(statement)
+    return run
 
 
 def _rows_local(run: list[Term]) -> bool:

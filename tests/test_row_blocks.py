@@ -120,6 +120,24 @@ def _square(program: LoopProgram, n: int) -> LoopProgram:
     return LoopProgram(body, (("x", (n, n)),), ((n, n),), "float64")
 
 
+def test_a_run_fuses_in_part_where_the_whole_run_does_not_pay() -> None:
+    """Three passes, and a price that charges 5 for a fused loop holding the third: the first
+    two fuse (2 statements), not all three (1 + 5) nor the last two (2 + 5)."""
+    first = two_passes((4, "parallel", "unroll"), (8, "parallel", "serial"))
+    produce, consume = top_statements(first.body.args[2])  # type: ignore[arg-type]
+    tripled = binary("mul", load("out0", at(ROW, J)), Term("Scalar.const", (3.0,)))
+    again = row_loop(8, "parallel", "serial", Term("Stmt.store", ("out0", at(ROW, J), tripled)))
+    body = Term("Stmt.alloc", ("t0", (ROWS, COLUMNS), seq([produce, consume, again])))
+    program = LoopProgram(body, first.inputs, first.outputs, "float64")
+
+    def price(body: Term) -> float:
+        statements = top_statements(body.args[2])  # type: ignore[arg-type]
+        fused_third = sum("Stmt.seq" in repr(s) and "3.0" in repr(s) for s in statements)
+        return len(statements) + 5 * fused_third
+
+    assert fused_tiles(program, price) == [4, 8]
+
+
 def test_the_cost_model_keeps_the_loops_apart_when_fusing_is_not_cheaper() -> None:
     program = two_passes((4, "parallel", "serial"), (8, "parallel", "serial"))
     assert fused_tiles(program, lambda body: -fewest_statements(body)) == [4, 8]
