@@ -86,7 +86,8 @@ class Optimized:
     stages: tuple[SaturationReport, SaturationReport]
     machine: Machine
     forms: tuple[tuple[str, float], ...]  # each algebraic form scheduled, predicted cycles
-    extracted: Term  # `program.body` as extracted, before `after_extraction`
+    extracted: Term  # the nest extraction chose from the stage-2 e-graph
+    scheduled: Term  # `extracted` after row-block fusion: `program.body` before `after_extraction`
     assume_finite: bool = False  # finite-only identities were allowed (`optimize`)
     finite_only_fired: tuple[str, ...] = ()  # ... and these of them fired
     # the user's array shape when the program runs over 1-D buffers (`eqsat.rewrites.flatten`)
@@ -338,7 +339,8 @@ class _Scheduled:
 
     form: list[Term]
     canonical: LoopProgram
-    body: Term  # the extracted nest, before `after_extraction`
+    extracted: Term  # the nest extraction chose
+    body: Term  # `extracted` after row-block fusion, before `after_extraction`
     estimate: Estimate  # of `body`
     canonical_cost: float
     report: SaturationReport
@@ -365,14 +367,15 @@ def _schedule_loops(
         written=[canonical.body],
     )
     report.extracted(extraction.complete, time.monotonic() - start)
-    (body, predicted), *_ = extraction
+    (extracted, predicted), *_ = extraction
     canonical_cost = cost.estimate(canonical.body).cycles
     if predicted > canonical_cost:  # a deadline's best-so-far can be worse than the start
-        body = canonical.body
-    body = fuse_row_blocks(body, lambda option: cost.estimate(option).cycles)
+        extracted = canonical.body
+    body = fuse_row_blocks(extracted, lambda option: cost.estimate(option).cycles)
     return _Scheduled(
         form=form,
         canonical=canonical,
+        extracted=extracted,
         body=body,
         estimate=cost.estimate(body),
         canonical_cost=canonical_cost,
@@ -437,7 +440,8 @@ def optimize(
         forms=tuple(
             ("; ".join(format_tensor(t) for t in c.form), c.estimate.cycles) for c in scheduled
         ),
-        extracted=best.body,
+        extracted=best.extracted,
+        scheduled=best.body,
         assume_finite=assume_finite,
         finite_only_fired=tuple(sorted(finite_only & fired)),
         flattened=flattened,

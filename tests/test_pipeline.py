@@ -135,7 +135,7 @@ def test_report_breaks_the_prediction_down() -> None:
     report = best.report()
     assert f"work {2 * 64 * 128 * 32 / 1e9:.3g} Gflop" in report
     assert "bytes fetched into L1" in report and f"{best.cost:,.0f} cycles" in report
-    fresh = LoopCost(best.machine, "float32").estimate(best.extracted)
+    fresh = LoopCost(best.machine, "float32").estimate(best.scheduled)
     assert fresh.cycles == pytest.approx(best.cost)  # the breakdown is of the chosen nest
     assert f"{fresh.first_touch:,.0f} (page faults of temporaries)" in report
 
