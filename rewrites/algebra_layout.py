@@ -1,8 +1,13 @@
-"""Identities of the layout ops: transpose, broadcast, reshape.
+"""Identities of the layout ops: transpose, broadcast, reshape, slice.
 
 Transposes are pushed toward the inputs, where they compose and cancel; a transpose applied to
 both operands of an elementwise op is pulled out again, so the cost model can keep the cheaper
 side. A permutation p maps result axis i to input axis p[i] (numpy.transpose).
+
+Slices are pushed toward the inputs through elementwise ops and matmuls, so that only the
+elements kept are computed: `(A @ B)[:10]` multiplies ten rows of A, `exp(x)[::2]` takes the
+exponential of every second element. A slice is (starts, steps, extents), one each per
+dimension (`TExpr.slice`).
 """
 
 from __future__ import annotations
@@ -11,7 +16,14 @@ from egglog import String, Vec, eq, i64
 from egglog.egraph import FactLike
 
 from eqsat.core.terms import TExpr
-from eqsat.rewrites.algebra_facts import gather, has_shape, is_scalar, same_rank
+from eqsat.rewrites.algebra_facts import (
+    gather,
+    has_shape,
+    is_scalar,
+    same_rank,
+    same_shape,
+    shape_of,
+)
 from eqsat.rewrites.rule import Identity
 
 INTS = Vec[i64]  # a permutation or a shape
@@ -153,4 +165,68 @@ RESHAPE_BROADCAST = (
     ),
 )
 
-IDENTITIES = TRANSPOSE + RESHAPE_BROADCAST
+SLICED = {"x": TExpr, "a": INTS, "b": INTS, "e": INTS}  # x[a + b * i] for i < e
+
+
+def contracted(x: TExpr, k: i64) -> list[FactLike]:
+    """k is the last extent of x: the contraction of x @ y."""
+    shape = shape_of(x)
+    return [eq(k).to(shape[shape.length() - 1])]
+
+
+def sliced(x: TExpr, a: Vec[i64], b: Vec[i64], e: Vec[i64]) -> TExpr:
+    return TExpr.slice(x, a, b, e)
+
+
+def whole_dim(a: Vec[i64], b: Vec[i64], e: Vec[i64], d: i64, k: i64) -> tuple[Vec[i64], ...]:
+    """The slice (a, b, e) with dimension `d` taken whole (k elements from 0, step 1)."""
+    return a.set(d, i64(0)), b.set(d, i64(1)), e.set(d, k)
+
+
+SLICES = (
+    Identity(
+        "slice-unary",
+        "f(x)[s] -> f(x[s])",
+        {"op": String, **SLICED},
+        lambda op, x, a, b, e: sliced(TExpr.unary(op, x), a, b, e),
+        lambda op, x, a, b, e: TExpr.unary(op, sliced(x, a, b, e)),
+    ),
+    Identity(
+        "slice-binary",
+        "(x ∘ y)[s] -> x[s] ∘ y[s] (x, y of one shape)",
+        {"op": String, "y": TExpr, **SLICED},
+        lambda op, x, y, a, b, e: sliced(TExpr.binary(op, x, y), a, b, e),
+        lambda op, x, y, a, b, e: TExpr.binary(op, sliced(x, a, b, e), sliced(y, a, b, e)),
+        guard=(same_shape,),
+    ),
+    Identity(
+        "slice-binary-scalar-right",
+        "(x ∘ y)[s] -> x[s] ∘ y (y of rank 0)",
+        {"op": String, "y": TExpr, **SLICED},
+        lambda op, x, y, a, b, e: sliced(TExpr.binary(op, x, y), a, b, e),
+        lambda op, x, y, a, b, e: TExpr.binary(op, sliced(x, a, b, e), y),
+        guard=(scalar_right,),
+    ),
+    Identity(
+        "slice-binary-scalar-left",
+        "(y ∘ x)[s] -> y ∘ x[s] (y of rank 0)",
+        {"op": String, "y": TExpr, **SLICED},
+        lambda op, x, y, a, b, e: sliced(TExpr.binary(op, y, x), a, b, e),
+        lambda op, x, y, a, b, e: TExpr.binary(op, y, sliced(x, a, b, e)),
+        guard=(scalar_right,),
+    ),
+    # rows (and batches) of the product come from x, its columns from y
+    Identity(
+        "slice-matmul",
+        "(x @ y)[..., rows, columns] -> x[..., rows, :] @ y[..., :, columns]",
+        {"y": TExpr, "k": i64, **SLICED},
+        lambda x, y, a, b, e: sliced(TExpr.matmul(x, y), a, b, e),
+        lambda x, y, a, b, e, k: TExpr.matmul(
+            sliced(x, *whole_dim(a, b, e, a.length() - 1, k)),
+            sliced(y, *whole_dim(a, b, e, a.length() - 2, k)),
+        ),
+        guard=(contracted,),
+    ),
+)
+
+IDENTITIES = TRANSPOSE + RESHAPE_BROADCAST + SLICES

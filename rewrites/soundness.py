@@ -192,6 +192,8 @@ def _open_shape(node: Any) -> tuple[int, ...] | None:
     children: list[Any] = [_open_shape(a) if isinstance(a, Term | _Var) else a for a in node.args]
     literals = [a for a in node.args if not isinstance(a, Term | _Var)]
     flat = [x for a in literals for x in (a if isinstance(a, tuple) else (a,))]
+    if node.op == "TExpr.slice" and children[0] is not None:
+        _check_open_slice(children[0], node.args[1:])
     if None in children or any(isinstance(x, _Var) for x in flat):
         return None
     if node.op in OPS and node.args[0] not in OPS[node.op]:
@@ -203,16 +205,32 @@ def _open_shape(node: Any) -> tuple[int, ...] | None:
     return shapes.infer(Term(node.op, shallow))
 
 
+def _check_open_slice(shape: tuple[int, ...], vectors: tuple[Any, ...]) -> None:
+    """Raises ShapeError when a known vector of a slice of `shape` (starts, steps, extents;
+    the others still open) has another rank, a start outside its dimension or a zero step."""
+    starts, steps, extents = (v if isinstance(v, tuple) else None for v in vectors)
+    for vector in (starts, steps, extents):
+        if vector is not None and len(vector) != len(shape):
+            raise ShapeError(f"slice: {vector} for a tensor of rank {len(shape)}")
+    if starts is not None and not all(0 <= a < n for a, n in zip(starts, shape, strict=True)):
+        raise ShapeError(f"slice: starts {starts} outside a tensor of shape {shape}")
+    if steps is not None and 0 in steps:
+        raise ShapeError(f"slice: a step of 0 in {steps}")
+
+
 def _candidates(sort: type, rng: random.Random, used: list[Any], non_finite: bool) -> list[Any]:
     """Values to try for a variable of `sort`, in a random order that favours what guards ask
     for: rank 0, shapes other variables already have (same shape, reshape to it), and those
-    shapes with a last dimension of 1 (a factor per row)."""
+    shapes with a last dimension of 1 (a factor per row); for an int vector also the starts,
+    steps and extents of slices of those shapes (`_slice_vectors`)."""
     if sort is TExpr or sort == Vec[i64]:
         pool = ALL_SHAPES + PERMUTATIONS if sort == Vec[i64] else ALL_SHAPES
         first = [()] if rng.random() < 0.35 else []
         first += rng.sample(used, len(used)) if rng.random() < 0.6 else []
         rows = [(*shape[:-1], 1) for shape in used if shape]
         first += rng.sample(rows, len(rows)) if rng.random() < 0.3 else []
+        if sort == Vec[i64] and rng.random() < 0.7:
+            first += rng.sample(slices := _slice_vectors(used, rng), len(slices))
         return list(dict.fromkeys(first + rng.sample(pool, len(pool))))
     if sort is i64:
         return rng.sample(range(4), 4)
@@ -224,6 +242,17 @@ def _candidates(sort: type, rng: random.Random, used: list[Any], non_finite: boo
         names = [*UNARY_OPS, *BINARY_OPS, *REDUCE_OPS]
         return rng.sample(names, len(names))
     raise TypeError(f"no candidates for sort {sort}")
+
+
+def _slice_vectors(used: list[Any], rng: random.Random) -> list[tuple[int, ...]]:
+    """Starts, steps and extents that slice the shapes in `used`: all 0, all 1 and all -1, the
+    last index of every dimension, and random extents."""
+    shapes = [shape for shape in used if shape]
+    return [
+        *((value,) * len(shape) for shape in shapes for value in (0, 1, -1)),
+        *(tuple(n - 1 for n in shape) for shape in shapes),
+        *(tuple(rng.randint(1, n) for n in shape) for shape in shapes),
+    ]
 
 
 def _instance(

@@ -15,6 +15,7 @@ import eqsat
 from eqsat.core.interp import evaluate
 from eqsat.core.terms import to_term
 from tests.programs import basic_indices
+from tests.test_numerics import assert_specials_agree
 
 SHAPES = st.lists(st.integers(1, 7), min_size=1, max_size=3).map(tuple)
 SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.5, -2.25, 3.0], dtype=np.float32)
@@ -140,3 +141,29 @@ def test_a_tensor_index_is_refused() -> None:
     x = eqsat.tensor("x", (3, 4))
     with pytest.raises(eqsat.UnsupportedError, match="eqsat.where"):
         x[x > 0]
+
+
+PRODUCT_KEYS = [np.s_[:10], np.s_[::-2, 5:9], np.s_[3], np.s_[:, -4:], np.s_[7:9, ::3]]
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+@pytest.mark.parametrize("key", PRODUCT_KEYS, ids=str)
+def test_a_view_of_a_product_multiplies_only_what_it_keeps(
+    isa: str, key: tuple[object, ...]
+) -> None:
+    """`(2 * relu(A @ B))[key]`: the view moves onto A's rows and B's columns (slice-matmul,
+    slice-unary, slice-binary-scalar-*), so no product is computed for what the view drops;
+    the kernel follows numpy with NaN, ±inf and -0.0 in A."""
+    A, B = eqsat.tensor("A", (40, 24)), eqsat.tensor("B", (24, 30))
+    program = (2.0 * eqsat.relu(A @ B))[key]
+    optimized = eqsat.optimize(program, progress=False)
+    assert "(A[" in optimized.expr and "@ B[" in optimized.expr, optimized.expr
+    assert not optimized.expr.endswith("]"), optimized.expr  # no view of the whole product left
+    rng = np.random.default_rng(1)
+    a = rng.choice(SPECIAL, size=(40, 24)).astype(np.float32)
+    b = rng.uniform(-1, 1, (24, 30)).astype(np.float32)
+    kernel = eqsat.compile(program, isa=isa, progress=False)
+    with np.errstate(invalid="ignore"):
+        want = (np.float32(2) * np.maximum(a @ b, 0))[key]
+        wide = (2 * np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0))[key]
+    assert_specials_agree(kernel(A=a, B=b), want, wide)
