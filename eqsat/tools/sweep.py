@@ -19,6 +19,7 @@ from eqsat.extract.machine import Machine
 from eqsat.tools.workloads import (
     Result,
     Workload,
+    attention_workload,
     elementwise_workload,
     gelu_matmul_workload,
     layernorm_matmul_workload,
@@ -32,57 +33,56 @@ from eqsat.tools.workloads import (
 
 @dataclass(frozen=True)
 class Family:
-    """Programs of one kind over random shapes: `workload(shape)` builds one; each dimension of
-    a shape is drawn log-uniform in `extent_range`, redrawn while their product exceeds
-    `max_elements` (which bounds the run time of one shape)."""
+    """Programs of one kind over random shapes: `workload(shape)` builds one; dimension d of a
+    shape is drawn log-uniform in `extent_ranges[d]`, and the shape redrawn while the product
+    of its extents exceeds `max_elements` (which bounds the run time of one shape)."""
 
     name: str
-    dimensions: int
-    extent_range: tuple[int, int]
+    extent_ranges: tuple[tuple[int, int], ...]
     max_elements: float
     workload: Callable[[tuple[int, ...]], Workload]
     mean_target: float  # geometric mean of numpy time / eqsat time over the shapes
     worst_target: float  # every shape at least this
 
 
+PRODUCT = ((8, 2048),) * 3  # (m, k, n) of a matmul
+ROWS = ((8, 8192),) * 2  # (rows, columns) of a row-wise program
 # Each shape's own target is the family's worst-case target.
 FAMILIES = (
+    Family("matmul", PRODUCT, 2.0e9, lambda s: matmul_workload(*s, 0.6), 0.9, 0.6),
+    Family("mlp", PRODUCT, 2.0e9, lambda s: mlp_workload(*s, 0.7), 1.0, 0.7),
+    Family("softmax", ROWS, 1.6e7, lambda s: softmax_workload(*s, 1.5), 2.5, 1.5),
+    Family("layernorm", ROWS, 1.6e7, lambda s: layernorm_workload(*s, 2.0), 3.5, 2.0),
     Family(
-        "matmul", 3, (8, 2048), 2.0e9, lambda s: matmul_workload(s[0], s[1], s[2], 0.6), 0.9, 0.6
+        "elementwise", ((4, 8192),) * 2, 1.6e7, lambda s: elementwise_workload(s, 1.0), 2.5, 1.0
     ),
-    Family("mlp", 3, (8, 2048), 2.0e9, lambda s: mlp_workload(s[0], s[1], s[2], 0.7), 1.0, 0.7),
-    Family("softmax", 2, (8, 8192), 1.6e7, lambda s: softmax_workload(s[0], s[1], 1.5), 2.5, 1.5),
+    # (sequence, head): heads of 8 to 256 as models have them
     Family(
-        "layernorm", 2, (8, 8192), 1.6e7, lambda s: layernorm_workload(s[0], s[1], 2.0), 3.5, 2.0
+        "attention",
+        ((8, 4096), (8, 256)),
+        2.5e5,
+        lambda s: attention_workload("attention", *s, 1.0),
+        2.0,
+        1.0,
     ),
-    Family("elementwise", 2, (4, 8192), 1.6e7, lambda s: elementwise_workload(s, 1.0), 2.5, 1.0),
     Family(
         "layernorm-matmul",
-        3,
-        (8, 2048),
+        PRODUCT,
         2.0e9,
-        lambda s: layernorm_matmul_workload(s[0], s[1], s[2], 0.9),
+        lambda s: layernorm_matmul_workload(*s, 0.9),
         1.2,
         0.9,
     ),
-    Family(
-        "gelu-matmul",
-        3,
-        (8, 2048),
-        2.0e9,
-        lambda s: gelu_matmul_workload(s[0], s[1], s[2], 1.0),
-        1.5,
-        1.0,
-    ),
+    Family("gelu-matmul", PRODUCT, 2.0e9, lambda s: gelu_matmul_workload(*s, 1.0), 1.5, 1.0),
 )
 
 
 def random_shapes(family: Family, count: int, rng: np.random.Generator) -> list[tuple[int, ...]]:
     """`count` shapes of `family`, each extent log-uniform in its range."""
-    low, high = (math.log(e) for e in family.extent_range)
+    logs = [(math.log(low), math.log(high)) for low, high in family.extent_ranges]
     shapes: list[tuple[int, ...]] = []
     while len(shapes) < count:
-        shape = tuple(round(math.exp(rng.uniform(low, high))) for _ in range(family.dimensions))
+        shape = tuple(round(math.exp(rng.uniform(low, high))) for low, high in logs)
         if math.prod(shape) <= family.max_elements:
             shapes.append(shape)
     return shapes
