@@ -183,6 +183,27 @@ def whole_dim(a: Vec[i64], b: Vec[i64], e: Vec[i64], d: i64, k: i64) -> tuple[Ve
     return a.set(d, i64(0)), b.set(d, i64(1)), e.set(d, k)
 
 
+def slice_of_binary(name: str, text: str, scalar: str | None) -> Identity:
+    """`(x ∘ y)[s]` with the slice on both operands (of one shape, `scalar` None), or on x alone
+    when y, on the `scalar` side ("left" or "right"), has rank 0."""
+
+    def pair(x: TExpr, y: TExpr) -> tuple[TExpr, TExpr]:
+        return (y, x) if scalar == "left" else (x, y)
+
+    def rhs(op: String, x: TExpr, y: TExpr, a: Vec[i64], b: Vec[i64], e: Vec[i64]) -> TExpr:
+        other = y if scalar else sliced(y, a, b, e)
+        return TExpr.binary(op, *pair(sliced(x, a, b, e), other))
+
+    return Identity(
+        name,
+        text,
+        {"op": String, "y": TExpr, **SLICED},
+        lambda op, x, y, a, b, e: sliced(TExpr.binary(op, *pair(x, y)), a, b, e),
+        rhs,
+        guard=(scalar_right,) if scalar else (same_shape,),
+    )
+
+
 SLICES = (
     Identity(
         "slice-unary",
@@ -191,30 +212,9 @@ SLICES = (
         lambda op, x, a, b, e: sliced(TExpr.unary(op, x), a, b, e),
         lambda op, x, a, b, e: TExpr.unary(op, sliced(x, a, b, e)),
     ),
-    Identity(
-        "slice-binary",
-        "(x ∘ y)[s] -> x[s] ∘ y[s] (x, y of one shape)",
-        {"op": String, "y": TExpr, **SLICED},
-        lambda op, x, y, a, b, e: sliced(TExpr.binary(op, x, y), a, b, e),
-        lambda op, x, y, a, b, e: TExpr.binary(op, sliced(x, a, b, e), sliced(y, a, b, e)),
-        guard=(same_shape,),
-    ),
-    Identity(
-        "slice-binary-scalar-right",
-        "(x ∘ y)[s] -> x[s] ∘ y (y of rank 0)",
-        {"op": String, "y": TExpr, **SLICED},
-        lambda op, x, y, a, b, e: sliced(TExpr.binary(op, x, y), a, b, e),
-        lambda op, x, y, a, b, e: TExpr.binary(op, sliced(x, a, b, e), y),
-        guard=(scalar_right,),
-    ),
-    Identity(
-        "slice-binary-scalar-left",
-        "(y ∘ x)[s] -> y ∘ x[s] (y of rank 0)",
-        {"op": String, "y": TExpr, **SLICED},
-        lambda op, x, y, a, b, e: sliced(TExpr.binary(op, y, x), a, b, e),
-        lambda op, x, y, a, b, e: TExpr.binary(op, y, sliced(x, a, b, e)),
-        guard=(scalar_right,),
-    ),
+    slice_of_binary("slice-binary", "(x ∘ y)[s] -> x[s] ∘ y[s] (x, y of one shape)", None),
+    slice_of_binary("slice-binary-scalar-right", "(x ∘ y)[s] -> x[s] ∘ y (y of rank 0)", "right"),
+    slice_of_binary("slice-binary-scalar-left", "(y ∘ x)[s] -> y ∘ x[s] (y of rank 0)", "left"),
     # rows (and batches) of the product come from x, its columns from y
     Identity(
         "slice-matmul",
