@@ -221,13 +221,20 @@ class Optimized:
             f"{level} {_bytes(amount)}"
             for level, amount in zip(("L1", "L2", "L3"), estimate.traffic, strict=True)
         )
-        return [
+        lines = [
             f"predicted: {self.cost:,.0f} cycles = {self.cost / clock * 1e3:.3g} ms at "
             f"{clock / 1e9:.2f} GHz (canonical nest: {self.canonical_cost:,.0f} cycles)",
             f"  work {_work(self.chosen) / 1e9:.3g} Gflop; compute {estimate.compute:,.0f} cycles "
             f"a core; bytes fetched into {fetched}; overheads {estimate.overhead:,.0f} cycles "
             f"(parallel starts) + {estimate.first_touch:,.0f} (page faults of temporaries)",
         ]
+        if self.scheduled != self.extracted:
+            extracted = LoopCost(self.machine, self.program.dtype).estimate(self.extracted)
+            lines.append(
+                "  row blocks fused after extraction (rewrites/row_blocks.py): the nest "
+                f"extracted from the e-graph was predicted at {extracted.cycles:,.0f} cycles"
+            )
+        return lines
 
 
 def after_extraction(program: LoopProgram, body: Term) -> LoopProgram:
