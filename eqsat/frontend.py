@@ -63,9 +63,11 @@ __all__ = [
     "mean",
     "min",
     "minimum",
+    "norm",
     "pad",
     "prod",
     "relu",
+    "repeat",
     "rint",
     "sigmoid",
     "sign",
@@ -78,6 +80,7 @@ __all__ = [
     "sum",
     "tanh",
     "tensor",
+    "tile",
     "transpose",
     "trunc",
     "var",
@@ -273,6 +276,19 @@ class Tensor:
         if len(shape) == 1 and isinstance(shape[0], tuple | list):
             shape = tuple(shape[0])
         return _reshape(self, shapes.resolve_reshape(self.shape, shape))
+
+    def flatten(self) -> Tensor:
+        """The elements in row-major order, 1-D (a view: numpy's copy is not needed)."""
+        return self.reshape(-1)
+
+    def ravel(self) -> Tensor:
+        """The elements in row-major order, 1-D."""
+        return self.reshape(-1)
+
+    def repeat(self, repeats: int, axis: int | None = None) -> Tensor:
+        """numpy.repeat: each element `repeats` times along `axis` (the flattened tensor when
+        None)."""
+        return repeat(self, repeats, axis)
 
     # -------------------------------------------------------- reductions
 
@@ -1186,6 +1202,60 @@ def _sequence_of_tensors(what: str, arrays: object) -> list[Tensor]:
     return parts
 
 
+def tile(x: Tensor, reps: int | Sequence[int]) -> Tensor:
+    """numpy.tile: `x` repeated `reps[d]` times along dimension d, as a view (a broadcast of
+    a new axis before each dimension, then a reshape). Like numpy, a shorter `reps` is padded
+    with leading 1s and a longer one gives `x` leading dimensions of 1."""
+    x = _require(x, "tile")
+    counts = _counts("tile", reps if isinstance(reps, Sequence) else (reps,))
+    rank = len(counts) if len(counts) > x.ndim else x.ndim
+    counts = (1,) * (rank - len(counts)) + counts
+    shape = (1,) * (rank - x.ndim) + x.shape
+    interleaved = [extent for n in shape for extent in (1, n)]
+    copies = [extent for count, n in zip(counts, shape, strict=True) for extent in (count, n)]
+    widened = _broadcast_to(_reshape(x, tuple(interleaved)), tuple(copies))
+    return _reshape(widened, tuple(c * n for c, n in zip(counts, shape, strict=True)))
+
+
+def repeat(x: Tensor, repeats: int, axis: int | None = None) -> Tensor:
+    """numpy.repeat with one count: each element `repeats` times along `axis` (the flattened
+    tensor when None), as a view (a broadcast of a new axis after `axis`, then a reshape).
+    A count per element (an array of repeats) raises UnsupportedError."""
+    x = _require(x, "repeat")
+    if not isinstance(repeats, int | np.integer):
+        raise UnsupportedError(
+            "numpy.repeat: one count for every element; a count per element is not supported"
+        )
+    (count,) = _counts("repeat", (repeats,))
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    axis = shapes.normalize_axis("repeat", axis, x.shape)
+    split = (*x.shape[: axis + 1], 1, *x.shape[axis + 1 :])
+    copies = (*x.shape[: axis + 1], count, *x.shape[axis + 1 :])
+    joined = (*x.shape[:axis], x.shape[axis] * count, *x.shape[axis + 1 :])
+    return _reshape(_broadcast_to(_reshape(x, split), copies), joined)
+
+
+def _counts(what: str, values: Sequence[object]) -> tuple[int, ...]:
+    """`values` as positive ints; a ShapeError naming `what` otherwise (tensors are never
+    empty, so a count of 0 is refused)."""
+    if not all(isinstance(v, int | np.integer) and v >= 1 for v in values):
+        raise ShapeError(f"{what}: counts {tuple(values)} must be positive ints")
+    return tuple(int(v) for v in values)  # type: ignore[call-overload]
+
+
+def norm(x: Tensor, ord: object = None, axis: Axes = None, keepdims: bool = False) -> Tensor:  # noqa: A002 - numpy's name
+    """numpy.linalg.norm for the 2-norm of vectors and the Frobenius norm of matrices:
+    sqrt(sum(x * x)) over `axis` (all axes when None). Other `ord`s raise UnsupportedError."""
+    x = _require(x, "norm")
+    if ord not in (None, "fro", 2) or (ord == 2 and (axis is None and x.ndim != 1)):
+        raise UnsupportedError(
+            f"numpy.linalg.norm: ord={ord!r} for shape {x.shape}; eqsat supports the 2-norm of "
+            "vectors and the Frobenius norm (ord None or 'fro')"
+        )
+    return sqrt(sum(x * x, axis=axis, keepdims=keepdims))
+
+
 def _reshape_to(a: Tensor, shape: int | Sequence[int]) -> Tensor:
     """numpy.reshape(a, shape), row-major (`Tensor.reshape`)."""
     return _require(a, "reshape").reshape(shape)
@@ -1279,6 +1349,10 @@ _NUMPY_FUNCTIONS: dict[Callable[..., Any], _NumpyFunction] = {
     np.array_split: _NumpyFunction(array_split, 3, frozenset({"indices_or_sections", "axis"})),
     np.pad: _NumpyFunction(pad, 3, frozenset({"pad_width", "mode", "constant_values"})),
     np.einsum: _NumpyFunction(einsum, None, frozenset({"optimize"})),
+    np.ravel: _NumpyFunction(Tensor.ravel, 1),
+    np.tile: _NumpyFunction(tile, 2),
+    np.repeat: _NumpyFunction(repeat, 3, frozenset({"axis"})),
+    np.linalg.norm: _NumpyFunction(norm, 3, frozenset({"ord", "axis", "keepdims"})),
 }
 
 # Python operators of Tensor (its dunder methods) as a user writes them.
@@ -1301,6 +1375,11 @@ _OPERATORS = {
 }
 
 
+def _numpy_name(function: Callable[..., Any]) -> str:
+    """`numpy.sum`, `numpy.linalg.norm`: where a user finds the function."""
+    return f"{function.__module__}.{function.__name__}"
+
+
 def _tensor_members() -> list[str]:
     """The public methods, properties and attributes of a Tensor, sorted."""
     return sorted(n for n in (*vars(Tensor), *_ATTRIBUTES) if not n.startswith("_"))
@@ -1311,7 +1390,7 @@ def supported_numpy_table() -> str:
     `Tensor`'s members (tests/test_readme.py keeps the README's copy equal to it)."""
     rows = {
         "numpy ufuncs (called directly)": [f"np.{u.__name__}" for u in _NUMPY_UFUNCS],
-        "numpy functions": [f"np.{f.__name__}" for f in _NUMPY_FUNCTIONS],
+        "numpy functions": [_numpy_name(f).replace("numpy.", "np.", 1) for f in _NUMPY_FUNCTIONS],
         "tensor methods and attributes": [f"x.{n}" for n in _tensor_members()],
         "operators": [symbol for name, symbol in _OPERATORS.items() if name in vars(Tensor)],
         "eqsat functions": [f"eqsat.{n}" for n in __all__ if n != "Tensor"],
@@ -1326,7 +1405,7 @@ def supported_numpy_table() -> str:
 _SUPPORTED = "supported: " + ", ".join(
     sorted(
         [f"numpy.{ufunc.__name__}" for ufunc in _NUMPY_UFUNCS]
-        + [f"numpy.{function.__name__}" for function in _NUMPY_FUNCTIONS]
+        + [_numpy_name(function) for function in _NUMPY_FUNCTIONS]
     )
 )
 
@@ -1361,7 +1440,7 @@ def _numpy_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     It requires: `func` in `_NUMPY_FUNCTIONS`, called with at most its `positional`
     arguments by position and only its `keywords` by name; else UnsupportedError.
     """
-    name = f"{func.__module__}.{func.__name__}"
+    name = _numpy_name(func)
     entry = _NUMPY_FUNCTIONS.get(func)
     if entry is None:
         raise UnsupportedError(f"{name} is not supported on eqsat tensors; {_SUPPORTED}")

@@ -1,5 +1,6 @@
-"""Joins and splits: `np.concatenate`, `np.stack`, `np.split`, `np.array_split` and `np.pad`
-(constant, edge, reflect, symmetric, wrap).
+"""Joins and splits: `np.concatenate`, `np.stack`, `np.split`, `np.array_split`, `np.pad`
+(constant, edge, reflect, symmetric, wrap), and the views that repeat a tensor: `np.tile`,
+`np.repeat`, `np.ravel` / `x.flatten()`.
 
 A concatenation is a copy into one buffer (`TExpr.concat`: one nest per part, each storing at
 its offset along the axis); stack inserts a dimension and concatenates; split is views; pad
@@ -152,3 +153,71 @@ def test_bad_joins_say_what_is_wrong(build: object, error: type, says: str) -> N
     a, b = eqsat.tensor("a", (3, 4)), eqsat.tensor("b", (2, 5))
     with pytest.raises(error, match=says):
         build(a, b)  # type: ignore[operator]
+
+
+@given(st.data())
+@settings(max_examples=12, deadline=None)
+def test_tiles_and_repeats_of_random_shapes_match_numpy(data: st.DataObject) -> None:
+    """tile with fewer, as many or more counts than dimensions; repeat along an axis or over
+    the flattened tensor; each a view (a broadcast of a new axis and a reshape)."""
+    shape = tuple(data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
+    reps = tuple(data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=4)))
+    count = data.draw(st.integers(1, 4))
+    axis = data.draw(st.none() | st.integers(-len(shape), len(shape) - 1))
+    values = np.random.default_rng(count).choice(SPECIAL, size=shape).astype(np.float32)
+    x = eqsat.tensor("x", shape)
+    tiled, repeated = np.tile(x, reps), np.repeat(x, count, axis=axis)
+    want = [np.tile(values, reps), np.repeat(values, count, axis=axis), values.flatten()]
+    assert [tiled.shape, repeated.shape] == [want[0].shape, want[1].shape]
+    kernel = eqsat.compile([tiled * 2.0, repeated + 1.0, x.flatten() - 1.0], progress=False)
+    got = kernel(values)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(got[0], want[0] * np.float32(2))
+        np.testing.assert_array_equal(got[1], want[1] + np.float32(1))
+        np.testing.assert_array_equal(got[2], want[2] - np.float32(1))
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+def test_tile_repeat_and_norm_match_numpy_with_special_values(isa: str) -> None:
+    """The views feed arithmetic and a reduction; np.linalg.norm is sqrt(sum(x * x)): NaN,
+    ±inf and -0.0 go through as numpy's."""
+    rng = np.random.default_rng(5)
+    values = rng.choice(SPECIAL, size=(5, 19)).astype(np.float32)
+    values[1] = rng.uniform(-2, 2, 19)  # one row of finite values: a finite norm too
+    x = eqsat.tensor("x", (5, 19))
+    outputs = [
+        np.tile(x, (2, 3)).sum(axis=1),
+        x.repeat(3, axis=1) * 0.5,
+        np.linalg.norm(x, axis=1),
+        np.linalg.norm(np.ravel(x)[20:40]),
+        eqsat.norm(x, "fro", axis=(0, 1), keepdims=True),
+    ]
+    kernel = eqsat.compile(outputs, isa=isa, progress=False)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = [
+            np.tile(values, (2, 3)).sum(axis=1),
+            values.repeat(3, axis=1) * np.float32(0.5),
+            np.linalg.norm(values, axis=1),
+            np.linalg.norm(np.ravel(values)[20:40]),
+            np.linalg.norm(values, "fro", axis=(0, 1), keepdims=True),
+        ]
+    got = kernel(values)
+    for got_one, expected in zip(got, want, strict=True):
+        np.testing.assert_allclose(got_one, expected, rtol=2e-6)  # (NaN equal to NaN)
+    np.testing.assert_array_equal(np.signbit(got[1]), np.signbit(want[1]))  # -0.0 * 0.5
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "says"),
+    [
+        (lambda x: np.repeat(x, [1, 2, 3]), eqsat.UnsupportedError, "a count per element"),
+        (lambda x: np.tile(x, (2, 0)), eqsat.ShapeError, "must be positive"),
+        (lambda x: np.linalg.norm(x, ord=1), eqsat.UnsupportedError, "ord=1"),
+        (lambda x: np.linalg.norm(x, ord=2), eqsat.UnsupportedError, "Frobenius"),
+    ],
+)
+def test_counts_and_norms_eqsat_cannot_take_say_what_is_wrong(
+    call: object, error: type, says: str
+) -> None:
+    with pytest.raises(error, match=says):
+        call(eqsat.tensor("x", (3, 3)))  # type: ignore[operator]
