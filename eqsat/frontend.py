@@ -16,6 +16,7 @@ function to its frontend function; anything else is an `UnsupportedError` naming
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import math
 import string
@@ -69,6 +70,7 @@ __all__ = [
     "relu",
     "repeat",
     "rint",
+    "round",
     "sigmoid",
     "sign",
     "sin",
@@ -276,6 +278,10 @@ class Tensor:
         if len(shape) == 1 and isinstance(shape[0], tuple | list):
             shape = tuple(shape[0])
         return _reshape(self, shapes.resolve_reshape(self.shape, shape))
+
+    def round(self, decimals: int = 0) -> Tensor:
+        """numpy's ndarray.round: `round(self, decimals)`."""
+        return round(self, decimals)
 
     def flatten(self) -> Tensor:
         """The elements in row-major order, 1-D (a view: numpy's copy is not needed)."""
@@ -689,6 +695,21 @@ def floor(x: Tensor) -> Tensor:
 def rint(x: Tensor) -> Tensor:
     """Elementwise round to the nearest integer, ties to even (as a float), as numpy.rint."""
     return _unary("rint", x)
+
+
+def round(x: Tensor, decimals: int = 0) -> Tensor:  # noqa: A001 - numpy's name
+    """numpy.round (numpy.around): to `decimals` places, ties to even, computed as numpy does
+    for floats: rint(x * 10**decimals) / 10**decimals (negative decimals: divide, then
+    multiply), in the program's dtype."""
+    x = _require(x, "round")
+    if not isinstance(decimals, int | np.integer):
+        raise ArgumentError(f"round: decimals must be an int, got {decimals!r}")
+    if decimals == 0:
+        return rint(x)
+    scale = 10.0 ** builtins.abs(int(decimals))
+    if decimals > 0:
+        return rint(x * scale) / scale
+    return rint(x / scale) * scale
 
 
 def trunc(x: Tensor) -> Tensor:
@@ -1349,6 +1370,8 @@ _NUMPY_FUNCTIONS: dict[Callable[..., Any], _NumpyFunction] = {
     np.array_split: _NumpyFunction(array_split, 3, frozenset({"indices_or_sections", "axis"})),
     np.pad: _NumpyFunction(pad, 3, frozenset({"pad_width", "mode", "constant_values"})),
     np.einsum: _NumpyFunction(einsum, None, frozenset({"optimize"})),
+    np.round: _NumpyFunction(round, 2, frozenset({"decimals"})),
+    np.around: _NumpyFunction(round, 2, frozenset({"decimals"})),
     np.ravel: _NumpyFunction(Tensor.ravel, 1),
     np.tile: _NumpyFunction(tile, 2),
     np.repeat: _NumpyFunction(repeat, 3, frozenset({"axis"})),

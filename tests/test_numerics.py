@@ -495,6 +495,26 @@ def test_math_functions_match_numpy_on_special_values(isa: str) -> None:
 
 
 @pytest.mark.parametrize("isa", ISAS)
+def test_round_matches_numpy_on_special_values_and_ties(isa: str) -> None:
+    """np.round to 0 and -2 places is numpy's exactly (ties to even, zero signs, NaN and ±inf);
+    to 2 places within one float32 rounding: the division by 100 runs as a multiplication by
+    0.01 (the algebra's div-const)."""
+    ties = [0.5, 1.5, 2.5, -0.5, -2.5, 150.0, 250.0, -350.0, 0.125, 2.675, -1.005, 1234.5678]
+    data = np.concatenate([SPECIALS, ties]).astype(np.float32)
+    x = eqsat.tensor("x", data.shape)
+    kernel = eqsat.compile([np.round(x), np.around(x, -2), x.round(2)], isa=isa, progress=False)
+    rounded, hundreds, cents = kernel(data)
+    with np.errstate(all="ignore"):
+        for name, got, want in (
+            ("round", rounded, np.round(data)),
+            ("-2", hundreds, np.round(data, -2)),
+        ):
+            _named(name, partial(_math_agrees, "rint", got, want, want.astype(np.float64)))
+        want_cents = np.round(data, 2)
+    assert_specials_agree(cents, want_cents, np.round(data.astype(np.float64), 2))
+
+
+@pytest.mark.parametrize("isa", ISAS)
 def test_products_match_numpy_with_special_values(isa: str) -> None:
     """A product reduction (vector lanes and chains reassociate it, as sums are): NaN where a
     NaN, or inf times 0, is in the row; ±inf, ±0 and their signs as numpy's."""
