@@ -150,13 +150,14 @@ def test_attention_runs_its_softmax_and_product_one_row_block_at_a_time() -> Non
     shape = (384, 32)  # (on PINNED, the e-graph's own nest fuses 256 x 32 already)
     Q, K, V = (eqsat.tensor(name, shape) for name in "QKV")
     program = eqsat.softmax(Q @ K.T / 8) @ V
-    optimized = eqsat.optimize(program, machine=PINNED, progress=False)
+    unhurried = eqsat.Limits(seconds=120.0, extraction_seconds=120.0)  # the same on a busy host
+    optimized = eqsat.optimize(program, machine=PINNED, limits=unhurried, progress=False)
     nest_text = format_loops(optimized.program.body)
     exps = [line for line in nest_text.splitlines() if "exp(" in line]
     assert exps and all(line.split("[")[1].startswith("i0.inner") for line in exps), nest_text
     assert optimized.scheduled != optimized.extracted
     assert "row blocks fused after extraction" in optimized.report()
-    kernel = eqsat.compile(program, machine=PINNED, progress=False)
+    kernel = eqsat.compile(program, machine=PINNED, limits=unhurried, progress=False)
     rng = np.random.default_rng(8)
     values = {name: with_specials(rng, shape, 0.002) for name in "QKV"}
     values["Q"][3, 4] = -0.0
