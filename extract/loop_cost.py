@@ -50,6 +50,7 @@ from eqsat.core.loops import (
     register_tile,
     row_loop_of,
     streamed_store,
+    top_allocations,
     top_statements,
     trip_runs,
     unit_stride_axes,
@@ -266,9 +267,8 @@ class LoopCost:
         will be contracted into its row loop (eqsat.rewrites.contraction)."""
         name, shape_arg, body = alloc.args
         shape = tuple(int(n) for n in shape_arg)  # type: ignore[union-attr, arg-type]
-        while isinstance(body, Term) and body.op == "Stmt.alloc":
-            body = body.args[2]
         assert isinstance(body, Term)
+        _, body = top_allocations(body)
         elements = math.prod(shape)
         if row_loop_of(top_statements(body), str(name), shape) is not None:
             elements //= shape[0]

@@ -21,17 +21,20 @@ computes the same result. `eqsat.core.loops.row_loop_of` is the test, shared wit
 
 from __future__ import annotations
 
-from eqsat.core.loops import ACCESS_OPS, row_loop_of, top_statements
+from eqsat.core.loops import (
+    ACCESS_OPS,
+    allocated,
+    row_loop_of,
+    top_allocations,
+    top_statements,
+)
 from eqsat.core.terms import Term, index_items, index_list
 from eqsat.rewrites.lowering import seq
 
 
 def contract_temporaries(body: Term) -> Term:
     """`body` with every contractible top-level temporary moved into its row loop."""
-    allocs: list[tuple[str, tuple[int, ...]]] = []
-    while body.op == "Stmt.alloc":
-        name, shape, body = body.args  # type: ignore[assignment]
-        allocs.append((str(name), tuple(shape)))  # type: ignore[arg-type]
+    allocs, body = top_allocations(body)
     statements = top_statements(body)
     kept = []
     for name, shape in allocs:
@@ -47,10 +50,7 @@ def contract_temporaries(body: Term) -> Term:
             row_index = Term("Index.axis", (Term("Axis.inner", axis.args),))
         block = Term("Stmt.alloc", (name, (rows, *shape[1:]), _reindex(inner, name, row_index)))
         statements[statements.index(row_loop)] = Term("Stmt.loop", (axis, kind, block))
-    result = seq(statements)
-    for name, shape in reversed(kept):
-        result = Term("Stmt.alloc", (name, shape, result))
-    return result
+    return allocated(kept, seq(statements))
 
 
 def _reindex(term: Term, buffer: str, row_index: Term) -> Term:

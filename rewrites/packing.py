@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from eqsat.core.loops import access_kind, axis_extent, loads_in, moves_with
+from eqsat.core.loops import access_kind, axis_extent, loads_in, moves_with, statements_in
 from eqsat.core.terms import LoopProgram, Term, index_items, index_list
 from eqsat.rewrites.lowering import index_of, seq
 
@@ -94,7 +94,7 @@ class _Packer:
         buffers = {str(load.args[0]) for load in loads}
         index = loads[0].args[1]
         assert isinstance(index, Term)
-        if kind.op not in REUSE_KINDS or any(_writes(s, buffers) for s in _statements(body)):
+        if kind.op not in REUSE_KINDS or any(_writes(s, buffers) for s in statements_in(body)):
             return None
         panel = _panel_axes(body, operand, index)
         if not panel:
@@ -163,21 +163,13 @@ def _allocs(s: Term) -> Iterator[tuple[str, tuple[int, ...]]]:
             yield from _allocs(a)
 
 
-def _statements(s: Term) -> Iterator[Term]:
-    """Every statement inside `s`, `s` included."""
-    yield s
-    for a in s.args:
-        if isinstance(a, Term) and a.op.startswith("Stmt."):
-            yield from _statements(a)
-
-
 def _writes(s: Term, buffers: set[str]) -> bool:
     return s.op in ("Stmt.store", "Stmt.accumulate") and s.args[0] in buffers
 
 
 def _values(s: Term) -> Iterator[Term]:
     """The value of every store and accumulate inside `s`."""
-    for statement in _statements(s):
+    for statement in statements_in(s):
         if statement.op in ("Stmt.store", "Stmt.accumulate"):
             value = statement.args[-1]
             assert isinstance(value, Term)
@@ -235,7 +227,7 @@ def _panel_axes(body: Term, operand: Term, index: Term) -> list[Term]:
 
 def _loop_kind(body: Term, axis: Term, kind_op: str) -> Term | None:
     """The kind (of op `kind_op`) of a loop over `axis` inside `body`, or None if none has it."""
-    kinds = (s.args[1] for s in _statements(body) if s.op == "Stmt.loop" and s.args[0] == axis)
+    kinds = (s.args[1] for s in statements_in(body) if s.op == "Stmt.loop" and s.args[0] == axis)
     return next((k for k in kinds if isinstance(k, Term) and k.op == kind_op), None)
 
 
@@ -248,7 +240,7 @@ def _vector_contiguous(body: Term, axis: Term, index: Term) -> bool:
 def _reused(s: Term, operand: Term, index: Term) -> bool:
     """True when a serial or parallel loop of two or more trips inside `s`, around an
     occurrence of `operand`, leaves `index` unchanged."""
-    for statement in _statements(s):
+    for statement in statements_in(s):
         if statement.op != "Stmt.loop" or statement.args[1].op not in REUSE_KINDS:  # type: ignore[union-attr]
             continue
         axis = statement.args[0]

@@ -31,7 +31,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from eqsat.core.loops import accesses, pieces_of, top_statements
+from eqsat.core.loops import (
+    accesses,
+    allocated,
+    pieces_of,
+    statements_in,
+    top_allocations,
+    top_statements,
+)
 from eqsat.core.terms import Term, index_items
 from eqsat.rewrites.lowering import seq
 
@@ -43,19 +50,13 @@ def fuse_row_blocks(body: Term, price: Callable[[Term], float]) -> Term:
     """`body` (an extracted nest) with runs of row-block loops fused (module doc): the fusion
     (run and tile) that `price` (predicted cycles of a whole body) finds cheapest, again and
     again while one is cheaper than the body so far."""
-    allocs: list[tuple[object, object]] = []
-    while body.op == "Stmt.alloc":
-        allocs.append((body.args[0], body.args[1]))
-        body = body.args[2]  # type: ignore[assignment]
-    statements = top_statements(body)
+    allocations, inner = top_allocations(body)
 
     def whole(parts: list[Term]) -> Term:
-        result = seq(parts)
-        for name, shape in reversed(allocs):
-            result = Term("Stmt.alloc", (name, shape, result))
-        return result
+        return allocated(allocations, seq(parts))
 
-    best, best_price = statements, price(whole(statements))
+    best = top_statements(inner)
+    best_price = price(whole(best))
     while True:  # the best single fusion, until none is predicted faster
         options = [
             [*best[:start], _fused(run[:length], tile), *best[start + length :]]
@@ -118,12 +119,11 @@ def _rows_local(run: list[Term]) -> bool:
     return True
 
 
-def _written(term: Term) -> Iterator[str]:
-    if term.op in ("Stmt.store", "Stmt.accumulate"):
-        yield str(term.args[0])
-    for a in term.args:
-        if isinstance(a, Term) and a.op.startswith("Stmt."):
-            yield from _written(a)
+def _written(statement: Term) -> Iterator[str]:
+    """The buffers stored or accumulated into inside `statement`."""
+    for s in statements_in(statement):
+        if s.op in ("Stmt.store", "Stmt.accumulate"):
+            yield str(s.args[0])
 
 
 def _common_tiles(run: list[Term]) -> list[int | None]:
@@ -132,28 +132,22 @@ def _common_tiles(run: list[Term]) -> list[int | None]:
     tiles = [tile for s in run if (tile := _row_axis(s)[1]) is not None]  # type: ignore[index]
     if not tiles:
         return [None]
-    allowed = [
+    return [
         tile
         for tile in dict.fromkeys(tiles)
         if all(_row_axis(s)[1] in (tile, None) or not _unrolls_rows(s) for s in run)  # type: ignore[index]
     ]
-    return allowed
 
 
 def _unrolls_rows(statement: Term) -> bool:
     """True when a loop inside `statement` unrolls a piece of its row axis."""
-    row_axis = _row_axis(statement)
-    assert row_axis is not None
-
-    def visit(s: Term) -> bool:
-        if s.op == "Stmt.loop":
-            kind, axis = s.args[1], s.args[0]
-            assert isinstance(kind, Term) and isinstance(axis, Term)
-            if kind.op == "LoopKind.unroll" and row_axis[0] in pieces_of(axis):
-                return True
-        return any(visit(a) for a in s.args if isinstance(a, Term) and a.op.startswith("Stmt."))
-
-    return visit(statement.args[2])  # type: ignore[arg-type]
+    row_axis = _row_axis(statement)[0]  # type: ignore[index]
+    return any(
+        s.op == "Stmt.loop"
+        and s.args[1].op == "LoopKind.unroll"
+        and row_axis in pieces_of(s.args[0])  # type: ignore[union-attr, arg-type]
+        for s in statements_in(statement.args[2])  # type: ignore[arg-type]
+    )
 
 
 def _fused(run: list[Term], tile: int | None) -> Term:

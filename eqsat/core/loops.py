@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -352,6 +352,31 @@ def accesses(term: Term, buffer: str) -> list[Term]:
         if isinstance(arg, Term):
             found.extend(accesses(arg, buffer))
     return found  # type: ignore[return-value]
+
+
+def statements_in(statement: Term) -> Iterator[Term]:
+    """Every statement inside `statement`, `statement` included, outermost first."""
+    yield statement
+    for a in statement.args:
+        if isinstance(a, Term) and a.op.startswith("Stmt."):
+            yield from statements_in(a)
+
+
+def top_allocations(body: Term) -> tuple[list[tuple[str, tuple[int, ...]]], Term]:
+    """The temporaries allocated at the top of `body` (name, shape), outermost first, and the
+    statement under them."""
+    allocations = []
+    while body.op == "Stmt.alloc":
+        name, shape, body = body.args  # type: ignore[assignment]
+        allocations.append((str(name), tuple(shape)))  # type: ignore[arg-type]
+    return allocations, body
+
+
+def allocated(allocations: Sequence[tuple[str, tuple[int, ...]]], body: Term) -> Term:
+    """`body` under `allocations` (`top_allocations`' form), the first outermost."""
+    for name, shape in reversed(allocations):
+        body = Term("Stmt.alloc", (name, shape, body))
+    return body
 
 
 def top_statements(statement: Term) -> list[Term]:
