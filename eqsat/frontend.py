@@ -1245,7 +1245,8 @@ def repeat(x: Tensor, repeats: int, axis: int | None = None) -> Tensor:
     x = _require(x, "repeat")
     if not isinstance(repeats, int | np.integer):
         raise UnsupportedError(
-            "numpy.repeat: one count for every element; a count per element is not supported"
+            f"numpy.repeat: repeats={repeats!r}; eqsat takes one int count for every element "
+            "(a count per element is not supported)"
         )
     (count,) = _counts("repeat", (repeats,))
     if axis is None:
@@ -1269,10 +1270,12 @@ def norm(x: Tensor, ord: object = None, axis: Axes = None, keepdims: bool = Fals
     """numpy.linalg.norm for the 2-norm of vectors and the Frobenius norm of matrices:
     sqrt(sum(x * x)) over `axis` (all axes when None). Other `ord`s raise UnsupportedError."""
     x = _require(x, "norm")
-    if ord not in (None, "fro", 2) or (ord == 2 and (axis is None and x.ndim != 1)):
+    dims = x.ndim if axis is None else 1 if isinstance(axis, int) else len(axis)
+    if not (ord is None or (ord == 2 and dims == 1) or (ord == "fro" and dims == 2)):
         raise UnsupportedError(
-            f"numpy.linalg.norm: ord={ord!r} for shape {x.shape}; eqsat supports the 2-norm of "
-            "vectors and the Frobenius norm (ord None or 'fro')"
+            f"numpy.linalg.norm: ord={ord!r} over {dims} dimension(s) of shape {x.shape}; eqsat "
+            "supports the 2-norm of vectors (ord None or 2) and the Frobenius norm of matrices "
+            "(ord None or 'fro')"
         )
     return sqrt(sum(x * x, axis=axis, keepdims=keepdims))
 

@@ -23,11 +23,11 @@ Rules of the translation:
   operand has at least PACK_MIN_ROWS rows: read in place, the vector axis of the product would
   stride through K; copied once, the product is a plain unit-stride matmul that register tiles
   (`eqsat.core.loops.register_tile`).
-- An operand of a matmul whose elements evaluate an expensive function in place (a
-  transcendental or sqrt: `layernorm(x) @ W`, `gelu(h) @ W2`) gets a buffer when the product
-  reuses each element at least PACK_MIN_ROWS times: inlined, the product would evaluate it
-  once per column block (or row block) that reads it. Fusion and temporary contraction
-  (`eqsat.rewrites.contraction`) then keep that buffer to the row blocks in flight.
+- An operand of a matmul whose elements evaluate arithmetic in place (`layernorm(x) @ W`,
+  `relu(h) @ W2`, `x @ (W * s)`; not a view of an input or a buffer) gets a buffer when the
+  product reuses each element at least PACK_MIN_ROWS times: inlined, the product would
+  evaluate it once per column block (or row block) that reads it. Fusion and temporary
+  contraction (`eqsat.rewrites.contraction`) then keep that buffer to the row blocks in flight.
 """
 
 from __future__ import annotations
@@ -132,8 +132,8 @@ class _Lowering:
         `x * scale`), rather than loading an input or a buffer through layout ops."""
         if t in self.buffer_of or self.needs_buffer(t) or t.op == "TExpr.input":
             return False
-        if t.op in ("TExpr.unary", "TExpr.binary", "TExpr.where"):
-            return True
+        if t.op in ELEMENTWISE_OPS:
+            return t.op != "TExpr.const"
         return any(self.computes(a) for a in t.args if isinstance(a, Term))
 
     def value_at(self, t: Term, idx: Sequence[Term]) -> Term:

@@ -214,6 +214,8 @@ def test_tile_repeat_and_norm_match_numpy_with_special_values(isa: str) -> None:
         (lambda x: np.tile(x, (2, 0)), eqsat.ShapeError, "must be positive"),
         (lambda x: np.linalg.norm(x, ord=1), eqsat.UnsupportedError, "ord=1"),
         (lambda x: np.linalg.norm(x, ord=2), eqsat.UnsupportedError, "Frobenius"),
+        (lambda x: np.linalg.norm(x, 2, axis=(0, 1)), eqsat.UnsupportedError, "ord=2 over 2"),
+        (lambda x: np.linalg.norm(x, "fro", axis=1), eqsat.UnsupportedError, "'fro' over 1"),
     ],
 )
 def test_counts_and_norms_eqsat_cannot_take_say_what_is_wrong(
