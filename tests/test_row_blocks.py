@@ -3,6 +3,8 @@ that the fused program computes what the unfused one did (interpreter and compil
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -59,7 +61,9 @@ def fewest_statements(body: Term) -> float:
     return len(top_statements(body))
 
 
-def fused_tiles(program: LoopProgram, price=fewest_statements) -> list[int]:  # type: ignore[no-untyped-def]
+def fused_tiles(
+    program: LoopProgram, price: Callable[[Term], float] = fewest_statements
+) -> list[int]:
     """The tiles of the top-level loops after fusion, checked against the unfused program."""
     body = fuse_row_blocks(program.body, price)
     inputs = {"x": np.random.default_rng(2).standard_normal((ROWS, COLUMNS))}
