@@ -15,7 +15,7 @@ import math
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,8 @@ import numpy as np
 from eqsat.backend_c.abi import C_TYPES
 from eqsat.backend_c.build import Library, build_library
 from eqsat.backend_c.entry import extension_source
-from eqsat.core.errors import ArgumentError, DTypeError, ShapeError
+from eqsat.core import dtypes
+from eqsat.core.errors import ArgumentError, DTypeError, InexactInputError, ShapeError
 from eqsat.core.saturate import SaturationReport
 
 POOL_MIN_BYTES = 1 << 20  # smaller arrays come from malloc's free lists without page faults
@@ -76,10 +77,12 @@ class OutputPool:
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """One kernel argument: its user-facing name ("x"; outputs use "out0", ...) and its shape."""
+    """One kernel argument: its user-facing name ("x"; outputs use "out0", ...), its shape and
+    the dtype callers pass or get (None: the kernel's own, `Kernel.dtype`)."""
 
     name: str
     shape: tuple[int, ...]
+    dtype: str | None = None
 
 
 class Kernel:
@@ -108,7 +111,10 @@ class Kernel:
            for_cdef=True) + ";"`, and, if with an extension, with `kernel_entry(...)` of the
            same arguments (then calls of the common case run in C, `entry.py`);
         2. `dtype` is a key of `abi.C_TYPES`; input names are distinct;
-        3. `returns_tuple` is True when there is more than one output.
+        3. `returns_tuple` is True when there is more than one output;
+        4. the specs' dtypes are `dtypes.INPUT_DTYPES` whose values `dtype` holds exactly, or
+           up to 2**53 for int64 and uint64 (checked at each call). Inputs and outputs of
+           another dtype than `dtype` are converted on each call (a copy), without the C entry.
         """
         if dtype not in C_TYPES:
             raise DTypeError(
@@ -123,17 +129,20 @@ class Kernel:
         self._symbol = symbol
         self._function = getattr(library.lib, symbol)
         self._from_buffer = library.ffi.from_buffer
-        self._inputs = tuple(inputs)
+        self._inputs = tuple(replace(spec, dtype=spec.dtype or dtype) for spec in inputs)
         self._input_names = names
-        self._outputs = tuple(outputs)
+        self._outputs = tuple(replace(spec, dtype=spec.dtype or dtype) for spec in outputs)
         self._dtype = dtype
         self._numpy_dtype = np.dtype(dtype)
+        self._converts = any(spec.dtype != dtype for spec in (*self._inputs, *self._outputs))
         self._returns_tuple = returns_tuple
         self._output_pool = OutputPool([spec.shape for spec in self._outputs], self._numpy_dtype)
         # the C entry allocates its outputs itself: only where the pool would not reuse any
         module = library.extension
         self._entry = (
-            getattr(module, symbol) if module is not None and self._output_pool.all_small else None
+            getattr(module, symbol)
+            if module is not None and self._output_pool.all_small and not self._converts
+            else None
         )
         self._c_source = c_source
         self._explanation = explanation
@@ -173,7 +182,8 @@ class Kernel:
 
     @property
     def dtype(self) -> str:
-        """Element type of every input and output: "float32" or "float64"."""
+        """What the kernel computes in, "float32" or "float64": the dtype of every input and
+        output but those whose spec names another (converted on each call)."""
         return self._dtype
 
     @property
@@ -203,13 +213,21 @@ class Kernel:
         """Run the kernel on new output arrays (or unreferenced ones of an earlier call,
         `OutputPool`) and return them (a tuple if `returns_tuple`).
 
-        It requires: each input is a numpy ndarray of the kernel's dtype (any byte order) and
+        It requires: each input is a numpy ndarray of its spec's dtype (any byte order) and
         exactly its declared shape. Otherwise, before any C runs, ArgumentError (missing,
-        unknown, repeated or extra argument; not an ndarray), DTypeError or ShapeError: each an
-        EqsatError and a TypeError or ValueError.
+        unknown, repeated or extra argument; not an ndarray), DTypeError, ShapeError or
+        InexactInputError (an int64 beyond 2**53): each an EqsatError and a TypeError or
+        ValueError.
         """
         if kwargs or len(args) != len(self._inputs):
             args = self._bind(args, kwargs)
+        if self._converts:
+            args = tuple(
+                [
+                    self._converted(spec, value)
+                    for spec, value in zip(self._inputs, args, strict=True)
+                ]
+            )
         if self._entry is not None:  # the C entry takes the common case
             results = self._entry(*args)
             if results is not NotImplemented:
@@ -233,6 +251,14 @@ class Kernel:
         for result in results:
             pointers.append(from_buffer(result))  # our own arrays, always writable
         self._function(*pointers)
+        if self._converts:  # float16 overflows to ±inf as in numpy, without its warning
+            with np.errstate(over="ignore", invalid="ignore"):
+                results = tuple(
+                    [
+                        result.astype(spec.dtype)
+                        for spec, result in zip(self._outputs, results, strict=True)
+                    ]
+                )
         return results if self._returns_tuple else results[0]
 
     def __copy__(self) -> Kernel:
@@ -258,8 +284,11 @@ class Kernel:
         return (_unpickled, (library.cdef, library.flags, library.extension_source, arguments))
 
     def __repr__(self) -> str:
-        inputs = ", ".join(f"{spec.name}: {spec.shape}" for spec in self._inputs)
-        outputs = ", ".join(str(spec.shape) for spec in self._outputs)
+        def shown(spec: TensorSpec) -> str:
+            return str(spec.shape) if spec.dtype == self._dtype else f"{spec.shape} {spec.dtype}"
+
+        inputs = ", ".join(f"{spec.name}: {shown(spec)}" for spec in self._inputs)
+        outputs = ", ".join(shown(spec) for spec in self._outputs)
         return f"Kernel({inputs} -> {outputs}, dtype={self._dtype})"
 
     def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -284,6 +313,31 @@ class Kernel:
         if missing:
             raise ArgumentError(f"missing input(s) {', '.join(map(repr, missing))}")
         return tuple([bound[name] for name in names])
+
+    def _converted(self, spec: TensorSpec, value: Any) -> Any:
+        """`value` for an input of `spec`, converted to the kernel's dtype if the spec's is
+        another (its dtype, shape and range checked first); `_checked` does the rest."""
+        if spec.dtype == self._dtype:
+            return value
+        if not isinstance(value, np.ndarray):
+            raise ArgumentError(
+                f"input {spec.name!r} must be a numpy ndarray, got {type(value).__name__}"
+            )
+        expected = np.dtype(spec.dtype)
+        if value.dtype.kind != expected.kind or value.dtype.itemsize != expected.itemsize:
+            raise DTypeError(
+                f"input {spec.name!r} has dtype {value.dtype}, expected {expected} "
+                "(inputs are not cast)"
+            )
+        if value.shape != spec.shape:
+            raise ShapeError(f"input {spec.name!r} has shape {value.shape}, expected {spec.shape}")
+        if expected.kind in "iu" and dtypes.exceeds_exact(value, self._dtype):
+            raise InexactInputError(
+                f"input {spec.name!r} ({value.dtype}) holds a value beyond "
+                f"{dtypes.EXACT_INTEGERS[self._dtype]}, which the kernel's {self._dtype} "
+                "cannot hold exactly"
+            )
+        return np.asarray(value, dtype=self._numpy_dtype, order="C")
 
     def _checked(self, spec: TensorSpec, value: Any) -> np.ndarray:
         """Return `value` as a dense, aligned, native-order array, copying only when needed

@@ -23,7 +23,7 @@ from eqsat.backend_c.calibrate import calibrated_host
 from eqsat.backend_c.emit import emit
 from eqsat.backend_c.isa import GCC_FLAGS
 from eqsat.backend_c.kernel import Kernel, TensorSpec, kernel_entry
-from eqsat.core import shapes
+from eqsat.core import dtypes, shapes
 from eqsat.core.pretty import format_loops, format_tensor
 from eqsat.core.progress import Progress
 from eqsat.core.saturate import Limits, SaturationReport, saturate
@@ -94,6 +94,10 @@ class Optimized:
     flattened: tuple[int, ...] | None = None
     algebra_graph: SerializedGraph = field(compare=False, repr=False)
     loop_graph: SerializedGraph = field(compare=False, repr=False)
+    # what callers pass and get: each input's and output's value dtype (`eqsat.core.dtypes`),
+    # converted from and to `program.dtype` at the kernel's boundary
+    input_dtypes: tuple[str, ...]
+    output_dtypes: tuple[str, ...]
 
     @property
     def cost(self) -> float:
@@ -173,12 +177,26 @@ class Optimized:
             f"{self.cost:,.0f} cycles predicted)"
         )
 
+    def _conversions(self) -> list[str]:
+        """A line naming the inputs and outputs converted to or from the compute dtype."""
+        compute = self.program.dtype
+        names = [name for name, _ in self.inputs] + [f"out{k}" for k in range(len(self.outputs))]
+        converted = [
+            f"{name} {dtype}"
+            for name, dtype in zip(names, self.input_dtypes + self.output_dtypes, strict=True)
+            if dtype != compute
+        ]
+        if not converted:
+            return []
+        return [f"converted at the call from and to {compute}: {', '.join(converted)}"]
+
     def report(self) -> str:
         inputs = ", ".join(f"{name} {shape}" for name, shape in self.inputs)
         lines = [
             f"inputs: {inputs}  ({self.program.dtype}, isa {self.machine.isa}, "
             f"{self.machine.cores} cores)",
             *self._flattening(),
+            *self._conversions(),
             "written: " + "; ".join(format_tensor(t) for t in self.original),
             "chosen:  " + self.expr,
             self._numerics(),
@@ -417,8 +435,10 @@ def optimize(
     limits = limits or Limits()
     reporter = Progress(enabled=progress)
     machine = machine or calibrated_host(announce=reporter.say)
-    original = [to_term(t.expr) for t in tensors]
-    assert all(isinstance(t, Term) for t in original)
+    as_written = [to_term(t.expr) for t in tensors]
+    assert all(isinstance(t, Term) for t in as_written)
+    compute = dtypes.compute_dtype(any(t.wide for t in tensors))
+    original = [dtypes.with_compute_dtype(t, compute) for t in as_written]  # type: ignore[arg-type]
     # what is optimized: the terms as written or, for a flattenable program, their flattening
     terms: list[Term] = original  # type: ignore[assignment]
     flattened = shapes.infer(terms[0]) if is_flattenable(terms) else None
@@ -454,6 +474,11 @@ def optimize(
         flattened=flattened,
         algebra_graph=algebra_graph,
         loop_graph=best.graph,
+        input_dtypes=tuple(
+            dtypes.boundary_dtype(dtype, compute)
+            for _, _, dtype in collect_inputs(as_written)  # type: ignore[arg-type]
+        ),
+        output_dtypes=tuple(t.dtype for t in tensors),
     )
 
 
@@ -521,6 +546,7 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
     key = compile_cache.entry_key(
         [
             [str(to_term(t.expr)) for t in tensors],
+            [t.dtype for t in tensors],
             returns_tuple,
             asdict(limits),
             asdict(machine),
@@ -550,6 +576,8 @@ def build(program: LoopProgram, optimized: Optimized, *, returns_tuple: bool = F
         inputs=optimized.inputs,
         outputs=optimized.outputs,
         dtype=program.dtype,
+        input_dtypes=optimized.input_dtypes,
+        output_dtypes=optimized.output_dtypes,
         returns_tuple=returns_tuple or len(program.outputs) > 1,
         explanation=optimized.report(),
         stages=optimized.stages,
@@ -563,8 +591,16 @@ def load_kernel(record: compile_cache.KernelRecord) -> Kernel:
     cdef = prototype(SYMBOL, len(record.inputs), len(record.outputs), record.dtype, for_cdef=True)
     signature: dict[str, Any] = {
         "symbol": SYMBOL,
-        "inputs": [TensorSpec(name, shape) for name, shape in record.inputs],
-        "outputs": [TensorSpec(f"out{k}", shape) for k, shape in enumerate(record.outputs)],
+        "inputs": [
+            TensorSpec(name, shape, dtype)
+            for (name, shape), dtype in zip(record.inputs, record.input_dtypes, strict=True)
+        ],
+        "outputs": [
+            TensorSpec(f"out{k}", shape, dtype)
+            for k, (shape, dtype) in enumerate(
+                zip(record.outputs, record.output_dtypes, strict=True)
+            )
+        ],
         "dtype": record.dtype,
         "returns_tuple": record.returns_tuple,
     }
@@ -588,6 +624,8 @@ def _record(kernel: Kernel, isa: str) -> compile_cache.KernelRecord:
         inputs=tuple((spec.name, spec.shape) for spec in kernel.inputs),
         outputs=tuple(spec.shape for spec in kernel.outputs),
         dtype=kernel.dtype,
+        input_dtypes=tuple(spec.dtype for spec in kernel.inputs),
+        output_dtypes=tuple(spec.dtype for spec in kernel.outputs),
         returns_tuple=kernel.returns_tuple,
         explanation=kernel.explanation,
         stages=kernel.stages,

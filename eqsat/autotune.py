@@ -141,7 +141,9 @@ def _tune(
     best, best_kernel = 0, build(first)
     # the kernel's shapes: a flattened program's buffers have other ones (eqsat.rewrites.flatten)
     shapes = {spec.name: spec.shape for spec in best_kernel.inputs}
-    inputs = random_inputs(shapes, first.dtype, np.random.default_rng(0))
+    drawn = random_inputs(shapes, first.dtype, np.random.default_rng(0))
+    # inputs of another dtype (bool, integers, float16) get the draws cast: small integers
+    inputs = {spec.name: drawn[spec.name].astype(spec.dtype) for spec in best_kernel.inputs}
     want = _outputs(best_kernel, inputs)
     seconds: dict[int, float] = {}
     for k, candidate in enumerate(candidates):
@@ -180,8 +182,12 @@ def _tune(
 
 
 def _outputs(kernel: Kernel, inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """`kernel`'s outputs on `inputs`, in float64 (bool and integer outputs compare as
+    numbers)."""
     result = kernel(**inputs)
-    return result if isinstance(result, tuple) else (result,)
+    return tuple(
+        np.asarray(r, np.float64) for r in (result if isinstance(result, tuple) else (result,))
+    )
 
 
 def _ms(seconds: float) -> str:

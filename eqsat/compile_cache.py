@@ -29,7 +29,7 @@ from eqsat.backend_c.build import cache_dir, file_lock, write_atomically
 from eqsat.core.saturate import SaturationReport
 
 # Bump when an entry's layout changes.
-ENTRY_VERSION = 1
+ENTRY_VERSION = 2
 # The packages whose code decides a kernel (each one's own folder, not its subpackages).
 DECIDING_PACKAGES = ("eqsat", "eqsat.core", "eqsat.extract", "eqsat.rewrites", "eqsat.backend_c")
 
@@ -42,10 +42,12 @@ class KernelRecord:
     isa: str
     inputs: tuple[tuple[str, tuple[int, ...]], ...]  # name, shape
     outputs: tuple[tuple[int, ...], ...]  # shapes
-    dtype: str
+    dtype: str  # what the kernel computes in
     returns_tuple: bool
     explanation: str
     stages: tuple[SaturationReport, ...]
+    input_dtypes: tuple[str, ...]  # what callers pass and get (`eqsat.core.dtypes`)
+    output_dtypes: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "stages": [stage.as_dict() for stage in self.stages]}
@@ -63,6 +65,8 @@ class KernelRecord:
             returns_tuple=data["returns_tuple"],
             explanation=data["explanation"],
             stages=stages,
+            input_dtypes=tuple(data["input_dtypes"]),
+            output_dtypes=tuple(data["output_dtypes"]),
         )
         if not all(isinstance(getattr(record, name), str) for name in ("c_source", "isa", "dtype")):
             raise TypeError("a compile-cache entry's source, ISA and dtype are strings")

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, SupportsFloat, TypeGuard
 import numpy as np
 from egglog import get_callable_args, get_callable_fn
 
-from eqsat.core import shapes
+from eqsat.core import dtypes, shapes
 from eqsat.core.errors import (
     ArgumentError,
     DTypeError,
@@ -39,7 +39,7 @@ from eqsat.core.errors import (
 )
 from eqsat.core.shapes import Shape
 from eqsat.core.subscripts import Labels, parse_subscripts
-from eqsat.core.terms import DTYPES, TExpr, to_term
+from eqsat.core.terms import COMPARE_OPS, TExpr, to_term
 
 __all__ = [
     "Tensor",
@@ -55,9 +55,16 @@ __all__ = [
     "expm1",
     "floor",
     "gelu",
+    "isfinite",
+    "isinf",
+    "isnan",
     "layernorm",
     "log",
     "log1p",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
     "matmul",
     "max",
     "maximum",
@@ -99,11 +106,26 @@ class Tensor:
 
     __hash__ = object.__hash__  # __eq__ builds a tensor, so hash by identity
 
-    def __init__(self, expr: TExpr, shape: Shape, dtype: str) -> None:
-        """Internal: `shape` and `dtype` must be those of `expr` (the builders here check it)."""
+    def __init__(
+        self,
+        expr: TExpr,
+        shape: Shape,
+        dtype: str,
+        *,
+        values: dtypes.IntegerRange | None = None,
+        wide: bool = False,
+        weak: bool = False,
+    ) -> None:
+        """Internal: `shape` and `dtype` (numpy's dtype of the value, `eqsat.core.dtypes`) must
+        be those of `expr`, `values` the range of an integer or bool tensor (the builders here
+        check it); `wide` that some tensor `expr` is computed from needs a float64 kernel;
+        `weak` that it stands for a Python scalar (a constant, or a traced float)."""
         self.expr = expr
         self.shape = shape
         self.dtype = dtype
+        self.values = values
+        self.wide = wide or (not weak and dtypes.needs_float64(dtype, values))
+        self.weak = weak
 
     @property
     def ndim(self) -> int:
@@ -208,8 +230,13 @@ class Tensor:
             )
         n = int(exponent)
         if n == 0:
-            return _full(1.0, self.shape, self.dtype)
+            return _full(1, self.shape, self.dtype)
         if n < 0:
+            if self.values is not None:
+                raise UnsupportedError(
+                    f"pow: integers to negative integer powers are not allowed (numpy refuses "
+                    f"them too), got {self.dtype} ** {n}; cast with x.astype(np.float64)"
+                )
             return _binary("div", 1.0, self ** (-n))
         return _power(self, n)
 
@@ -242,6 +269,29 @@ class Tensor:
     def __ne__(self, other: object) -> Tensor:  # type: ignore[override]
         return _binary("ne", self, other)
 
+    # -------------------------------------------------------- logical operators on bools
+
+    def __and__(self, other: object) -> Tensor:
+        return _logical_operator("&", logical_and, self, other)
+
+    def __rand__(self, other: object) -> Tensor:
+        return _logical_operator("&", logical_and, other, self)
+
+    def __or__(self, other: object) -> Tensor:
+        return _logical_operator("|", logical_or, self, other)
+
+    def __ror__(self, other: object) -> Tensor:
+        return _logical_operator("|", logical_or, other, self)
+
+    def __xor__(self, other: object) -> Tensor:
+        return _logical_operator("^", logical_xor, self, other)
+
+    def __rxor__(self, other: object) -> Tensor:
+        return _logical_operator("^", logical_xor, other, self)
+
+    def __invert__(self) -> Tensor:
+        return _logical_operator("~", lambda x, _: logical_not(x), self, True)
+
     # -------------------------------------------------------- matmul and layout
 
     def __matmul__(self, other: Tensor) -> Tensor:
@@ -268,7 +318,7 @@ class Tensor:
         shape = shapes.transpose(self.shape, perm)
         if perm == tuple(range(self.ndim)):
             return self
-        return Tensor(TExpr.transpose(self.expr, perm), shape, self.dtype)
+        return _view(self, TExpr.transpose(self.expr, perm), shape)
 
     def reshape(self, *shape: Any) -> Tensor:
         """Same elements in row-major order: `t.reshape(2, -1)` or `t.reshape((2, -1))`.
@@ -307,18 +357,22 @@ class Tensor:
         return _reduce("prod", self, axis, keepdims)
 
     def astype(self, dtype: Any) -> Tensor:
-        """`self` for its own dtype; a program computes in one dtype, so any other raises
-        DTypeError (cast the arrays passed in instead)."""
-        try:
-            name = np.dtype(dtype).name
-        except TypeError:
-            name = repr(dtype)
-        if name != self.dtype:
-            raise DTypeError(
-                f"x.astype({name}): an eqsat program computes in one dtype, here {self.dtype}; "
-                "cast the arrays you pass in instead"
-            )
-        return self
+        """numpy's ndarray.astype: to a float dtype the same values (the kernel's compute
+        dtype rounds them once, at the output); to bool `self != 0`; to an integer dtype
+        toward zero, as numpy (`trunc`; an integer range that does not fit the new dtype,
+        where numpy wraps around, is an UnsupportedError)."""
+        name = _dtype_name(dtype, "astype")
+        if name == self.dtype:
+            return self
+        if name == "bool":
+            return self != 0
+        values = self.values
+        if dtypes.dtype_range(name) is None:  # to a float: the same values, numpy's new dtype
+            return Tensor(self.expr, self.shape, name, wide=self.wide)
+        truncated = self if values is not None else trunc(self)
+        values = dtypes.dtype_range(name) if values is None else values
+        checked = dtypes.checked_range(f"x.astype({name})", name, values)
+        return Tensor(truncated.expr, self.shape, name, values=checked, wide=self.wide)
 
     def any(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
         """1.0 where some element over `axis` is nonzero (NaN counts), else 0.0: numpy's any
@@ -334,8 +388,14 @@ class Tensor:
         return _reduce("max", self, axis, keepdims)
 
     def min(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
-        """Minimum over `axis`, as -max(-x): a NaN propagates, as in numpy."""
-        return -((-self).max(axis, keepdims))
+        """Minimum over `axis`, as -max(-x): a NaN propagates, as in numpy. Of integers and
+        bools, whose negation may leave their dtype, the negations are on the same values as
+        numbers and the result has `self`'s dtype and range."""
+        if self.values is None:
+            return -((-self).max(axis, keepdims))
+        numbers = Tensor(self.expr, self.shape, "float32", wide=self.wide)
+        least = -((-numbers).max(axis, keepdims))
+        return Tensor(least.expr, least.shape, self.dtype, values=self.values, wide=self.wide)
 
     def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
         """The index of the first maximum along `axis` (None: of the flattened tensor), as a
@@ -348,7 +408,10 @@ class Tensor:
         return _arg_extreme("argmin", self, axis, keepdims)
 
     def mean(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
-        """Mean over `axis`: the sum times 1/count."""
+        """Mean over `axis`: the sum times 1/count (of integers and bools: in float64, as
+        numpy)."""
+        if self.values is not None:
+            return self.astype("float64").mean(axis, keepdims)
         total = self.sum(axis, keepdims)
         count = math.prod(self.shape) // math.prod(total.shape)
         return total if count == 1 else total * (1.0 / count)
@@ -388,22 +451,34 @@ def tensor(name: str, shape: Sequence[int | np.integer[Any]], dtype: Any = "floa
     """A named input of the program.
 
     It requires: `name` a non-empty str; `shape` a tuple of ints >= 1 (() for a scalar);
-    `dtype` float32 or float64 (a name, numpy type or numpy dtype).
+    `dtype` one of `dtypes.INPUT_DTYPES` (a name, numpy type or numpy dtype): bool, an
+    integer type, float16, float32 or float64.
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"tensor: the name must be a non-empty str, got {name!r}")
-    dtype_name = _dtype_name(dtype)
+    dtype_name = _dtype_name(dtype, "tensor")
     checked = shapes.validate_shape(shape, f"tensor {name!r}")
-    return Tensor(TExpr.input(name, checked, dtype_name), checked, dtype_name)
+    expr = TExpr.input(name, checked, dtype_name)
+    return Tensor(expr, checked, dtype_name, values=dtypes.dtype_range(dtype_name))
 
 
-def _dtype_name(dtype: Any) -> str:
+def traced_scalar(name: str) -> Tensor:
+    """A 0-d input standing for a Python float (`@eqsat.jit`'s traced floats): weak, as numpy
+    treats Python scalars, so it takes the dtype of what it meets (`x * alpha` stays float32)."""
+    return Tensor(TExpr.input(name, (), dtypes.WEAK_SCALAR), (), "float64", weak=True)
+
+
+def _dtype_name(dtype: Any, what: str) -> str:
+    """numpy's name of `dtype`, or a DTypeError naming `what` if it is not an input dtype."""
     try:
         name = None if dtype is None else np.dtype(dtype).name
     except TypeError:
         name = None
-    if name is None or name not in DTYPES:
-        raise DTypeError(f"tensor: unsupported dtype {dtype!r}; use 'float32' or 'float64'")
+    if name is None or name not in dtypes.INPUT_DTYPES:
+        raise DTypeError(
+            f"{what}: unsupported dtype {dtype!r}; use bool, an integer type, float16, "
+            "float32 or float64"
+        )
     return name
 
 
@@ -432,20 +507,18 @@ def _is_scalar(value: object) -> TypeGuard[SupportsFloat]:
 
 
 def _operands(what: str, values: Sequence[object]) -> list[Tensor]:
-    """`values` as Tensors: scalars (`_is_scalar`) become constants of the tensors' one dtype.
+    """`values` as Tensors: scalars (`_is_scalar`) become weak constants (`_constant`).
 
-    It requires: at least one Tensor; all Tensors share one dtype.
+    It requires: at least one Tensor.
     """
-    tensors = [v for v in values if isinstance(v, Tensor)]
-    if not tensors:
+    if not builtins.any(isinstance(v, Tensor) for v in values):
         raise TypeError(f"{what}: at least one operand must be an eqsat.Tensor")
-    dtype = _common_dtype(what, tensors)
     result = []
     for value in values:
         if isinstance(value, Tensor):
             result.append(value)
         elif _is_scalar(value):
-            result.append(_full(float(value), (), dtype))
+            result.append(_constant(value))
         else:
             _refuse_array(what, value)
             raise TypeError(
@@ -455,26 +528,110 @@ def _operands(what: str, values: Sequence[object]) -> list[Tensor]:
     return result
 
 
-def _common_dtype(what: str, tensors: Sequence[Tensor]) -> str:
-    """The one dtype of `tensors`; mixing float32 and float64 is a DTypeError naming `what`."""
-    dtypes = sorted({t.dtype for t in tensors})
-    if len(dtypes) > 1:
-        raise DTypeError(f"{what}: cannot mix {dtypes[0]} and {dtypes[1]}; cast an input")
-    return dtypes[0]
+def _constant(value: SupportsFloat) -> Tensor:
+    """A Python or numpy scalar as a weak 0-d constant (NEP 50's Python scalars: it takes the
+    dtype of what it meets; numpy scalars are taken as Python ones, so `x * np.float64(2)`
+    stays float32, as it did before numpy 2)."""
+    scalar = value.item() if isinstance(value, np.generic | np.ndarray) else value
+    if isinstance(scalar, bool | int):
+        return Tensor(
+            TExpr.const(float(scalar)),
+            (),
+            "bool" if isinstance(scalar, bool) else "int64",
+            values=(int(scalar), int(scalar)),
+            weak=True,
+        )
+    return Tensor(TExpr.const(float(scalar)), (), "float64", weak=True)
 
 
-def _full(value: float, shape: Shape, dtype: str) -> Tensor:
-    """A tensor of `shape` filled with `value`."""
-    expr = TExpr.const(value)
+def _numpy_operand(x: Tensor) -> str | float:
+    """What stands for `x` in `dtypes.result_dtype`: its dtype, or a weak scalar's value."""
+    if not x.weak:
+        return x.dtype
+    if x.values is None:
+        return 0.0  # a traced float or a float constant: only its kind matters
+    return bool(x.values[0]) if x.dtype == "bool" else x.values[0]
+
+
+def _derived(
+    expr: TExpr, shape: Shape, dtype: str, parents: Sequence[Tensor], values: Any = None
+) -> Tensor:
+    """The tensor `expr` computes from `parents`: of value dtype `dtype`, and of integer range
+    `values` when `dtype` is an integer or bool type."""
+    wide = builtins.any(parent.wide for parent in parents)
+    return Tensor(expr, shape, dtype, values=values, wide=wide)
+
+
+def _view(x: Tensor, expr: TExpr, shape: Shape) -> Tensor:
+    """`x`'s elements, rearranged by `expr` into `shape`."""
+    return Tensor(expr, shape, x.dtype, values=x.values, wide=x.wide)
+
+
+def _full(value: int | float, shape: Shape, dtype: str) -> Tensor:
+    """A tensor of `shape` and value dtype `dtype` filled with `value`, which it requires to be
+    a value of `dtype`."""
+    expr = TExpr.const(float(value))
     if shape:
         expr = TExpr.broadcast(expr, shape)
-    return Tensor(expr, shape, dtype)
+    values = None if dtypes.dtype_range(dtype) is None else (int(value), int(value))
+    return Tensor(expr, shape, dtype, values=values)
+
+
+# numpy's function of each elementwise op: it gives the op's result dtype (`_unary`, `_binary`)
+_NUMPY_UNARY: dict[str, Callable[..., Any]] = {
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "tanh": np.tanh,
+    "erf": np.exp,  # a float function, as exp
+    "sigmoid": np.exp,
+    "relu": lambda x: np.maximum(x, 0),
+    "abs": np.absolute,
+    "neg": np.negative,
+    "log1p": np.log1p,
+    "expm1": np.expm1,
+    "sin": np.sin,
+    "cos": np.cos,
+    "sign": np.sign,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "rint": np.rint,
+    "trunc": np.trunc,
+}
+_NUMPY_BINARY: dict[str, Callable[..., Any]] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "max": np.maximum,
+    "min": np.minimum,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "eq": np.equal,
+    "ne": np.not_equal,
+}
 
 
 def _unary(op: str, x: object) -> Tensor:
     """Elementwise `op` in UNARY_OPS; a TypeError names `op` when `x` is not a Tensor."""
     x = _require(x, op)
-    return Tensor(TExpr.unary(op, x.expr), x.shape, x.dtype)
+    dtype = dtypes.result_dtype(op, _NUMPY_UNARY[op], _numpy_operand(x))
+    values = None
+    if dtypes.dtype_range(dtype) is not None:
+        lo, hi = x.values  # type: ignore[misc]  # an integer result has integer operands
+        values = {
+            "neg": (-hi, -lo),
+            "abs": (
+                0 if lo <= 0 <= hi else builtins.min(builtins.abs(lo), builtins.abs(hi)),
+                builtins.max(builtins.abs(lo), builtins.abs(hi)),
+            ),
+            "sign": (-1 if lo < 0 else 0, 1 if hi > 0 else 0),
+            "relu": (builtins.max(lo, 0), builtins.max(hi, 0)),
+        }.get(op, (lo, hi))  # floor, ceil, trunc: integers are their own
+    values = dtypes.checked_range(op, dtype, values)
+    return _derived(TExpr.unary(op, x.expr), x.shape, dtype, (x,), values)
 
 
 def _binary(op: str, a: object, b: object, what: str | None = None) -> Tensor:
@@ -482,7 +639,29 @@ def _binary(op: str, a: object, b: object, what: str | None = None) -> Tensor:
     what = what or op
     ta, tb = _operands(what, (a, b))
     shape = shapes.broadcast(what, ta.shape, tb.shape)
-    return Tensor(TExpr.binary(op, ta.expr, tb.expr), shape, ta.dtype)
+    dtype = dtypes.result_dtype(what, _NUMPY_BINARY[op], _numpy_operand(ta), _numpy_operand(tb))
+    values = None
+    if dtypes.dtype_range(dtype) is not None:
+        values = _binary_range(op, ta.values, tb.values)  # type: ignore[arg-type]
+    values = dtypes.checked_range(what, dtype, values)
+    return _derived(TExpr.binary(op, ta.expr, tb.expr), shape, dtype, (ta, tb), values)
+
+
+def _binary_range(op: str, a: dtypes.IntegerRange, b: dtypes.IntegerRange) -> Any:
+    """The range of `op`'s integer results for operands in ranges `a` and `b`."""
+    if op in COMPARE_OPS:
+        return (0, 1)
+    if op == "add":
+        return (a[0] + b[0], a[1] + b[1])
+    if op == "sub":
+        return (a[0] - b[1], a[1] - b[0])
+    if op == "mul":
+        products = [x * y for x in a for y in b]
+        return (builtins.min(products), builtins.max(products))
+    if op == "max":
+        return (builtins.max(a[0], b[0]), builtins.max(a[1], b[1]))
+    assert op == "min", op  # div has a float result
+    return (builtins.min(a[0], b[0]), builtins.min(a[1], b[1]))
 
 
 def _power(x: Tensor, n: int) -> Tensor:
@@ -544,7 +723,7 @@ def _basic_index(x: Tensor, key: object) -> Tensor:
             starts.append(position % n), steps.append(1), extents.append(1)
     view = x
     if (tuple(starts), tuple(extents)) != ((0,) * x.ndim, x.shape) or any(s != 1 for s in steps):
-        view = Tensor(TExpr.slice(x.expr, starts, steps, extents), tuple(extents), x.dtype)
+        view = _view(x, TExpr.slice(x.expr, starts, steps, extents), tuple(extents))
     return _reshape(view, tuple(shape))
 
 
@@ -558,14 +737,14 @@ def _reshape(x: Tensor, shape: Shape) -> Tensor:
     shape = shapes.reshape(x.shape, shape)
     if shape == x.shape:
         return x
-    return Tensor(TExpr.reshape(x.expr, shape), shape, x.dtype)
+    return _view(x, TExpr.reshape(x.expr, shape), shape)
 
 
 def _broadcast_to(x: Tensor, shape: Shape) -> Tensor:
     """`x` broadcast to `shape`; `x` itself when the shape is unchanged."""
     if shape == x.shape:
         return x
-    return Tensor(TExpr.broadcast(x.expr, shapes.broadcast_to(x.shape, shape)), shape, x.dtype)
+    return _view(x, TExpr.broadcast(x.expr, shapes.broadcast_to(x.shape, shape)), shape)
 
 
 def _reduce(op: str, x: Tensor, axis: Axes, keepdims: bool) -> Tensor:
@@ -581,18 +760,46 @@ def _reduce(op: str, x: Tensor, axis: Axes, keepdims: bool) -> Tensor:
     result = x
     for ax in sorted(axes, reverse=True):
         shape = shapes.reduce(op, result.shape, ax)
-        result = Tensor(TExpr.reduce(op, ax, result.expr), shape, x.dtype)
+        dtype = dtypes.result_dtype(op, _NUMPY_REDUCE[op], result.dtype)
+        values = None
+        if dtypes.dtype_range(dtype) is not None:
+            values = _reduced_range(op, result.values, result.shape[ax])  # type: ignore[arg-type]
+        values = dtypes.checked_range(op, dtype, values)
+        expr = TExpr.reduce(op, ax, result.expr)
+        result = _derived(expr, shape, dtype, (result,), values)
     if keepdims:
         kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
         result = _reshape(result, kept)
     return result
 
 
+_NUMPY_REDUCE: dict[str, Callable[..., Any]] = {
+    "sum": partial(np.sum, axis=0),
+    "max": partial(np.max, axis=0),
+    "prod": partial(np.prod, axis=0),
+}
+
+
+def _reduced_range(op: str, values: dtypes.IntegerRange, n: int) -> dtypes.IntegerRange:
+    """The range of reduction `op` over `n` integers in range `values`."""
+    lo, hi = values
+    if op == "max":
+        return values
+    if op == "sum":
+        return (n * lo, n * hi)
+    largest = builtins.max(builtins.abs(lo), builtins.abs(hi))
+    if largest > 1 and n * math.log2(largest) > 64:  # beyond every integer dtype
+        return (-(2**64), 2**64)
+    if lo >= 0:
+        return (lo**n, hi**n)
+    return (-(largest**n), largest**n)
+
+
 def _arg_extreme(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
     """numpy.argmax / argmin: the first index along `axis` where `x` holds its maximum
     (minimum), or its first NaN if it has one (numpy's rule), as the smallest of `arange`'s
     values where that holds (the axis' extent elsewhere). The index is a number of `x`'s dtype,
-    as comparisons give 1.0/0.0 (exact up to 2**24 in float32).
+    as numpy: an int64.
 
     It requires: `axis` an int or None (a tuple is a ShapeError, as in numpy).
     """
@@ -601,10 +808,10 @@ def _arg_extreme(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor
     flat = x.reshape(-1) if axis is None else x
     dim = 0 if axis is None else shapes.normalize_axis(op, axis, x.shape)
     extreme = flat.max(dim, keepdims=True) if op == "argmax" else flat.min(dim, keepdims=True)
-    hit = maximum(flat == extreme, flat != flat)  # 1.0 at the extreme, or at every NaN if any
+    hit = maximum(flat == extreme, flat != flat)  # true at the extreme, or at every NaN if any
     n = flat.shape[dim]
-    positions = Tensor(TExpr.arange(n), (n,), x.dtype).reshape(n, *(1,) * (flat.ndim - dim - 1))
-    first = where(hit, positions, float(n)).min(dim)
+    positions = Tensor(TExpr.arange(n), (n,), "int64", values=(0, n - 1))
+    first = where(hit, positions.reshape(n, *(1,) * (flat.ndim - dim - 1)), n).min(dim)
     if not keepdims:
         return first
     kept = tuple(1 if axis is None or d == dim else extent for d, extent in enumerate(x.shape))
@@ -704,6 +911,13 @@ def round(x: Tensor, decimals: int = 0) -> Tensor:  # noqa: A001 - numpy's name
     x = _require(x, "round")
     if not isinstance(decimals, int | np.integer):
         raise ArgumentError(f"round: decimals must be an int, got {decimals!r}")
+    if x.values is not None:
+        if decimals < 0:
+            raise UnsupportedError(
+                f"round: rounding {x.dtype} to decimals={decimals} is not supported (integer "
+                "arithmetic); cast with x.astype(np.float64) first"
+            )
+        return x  # integers are already round, and numpy keeps their dtype
     if decimals == 0:
         return rint(x)
     scale = 10.0 ** builtins.abs(int(decimals))
@@ -739,7 +953,82 @@ def where(cond: Tensor | float, a: Tensor | float, b: Tensor | float) -> Tensor:
     """
     tc, ta, tb = _operands("where", (cond, a, b))
     shape = shapes.broadcast("where", tc.shape, ta.shape, tb.shape)
-    return Tensor(TExpr.where(tc.expr, ta.expr, tb.expr), shape, tc.dtype)
+    dtype = dtypes.result_dtype(
+        "where", partial(np.where, True), _numpy_operand(ta), _numpy_operand(tb)
+    )
+    values = None
+    if dtypes.dtype_range(dtype) is not None:
+        values = _union(ta.values, tb.values)  # type: ignore[arg-type]
+    expr = TExpr.where(tc.expr, ta.expr, tb.expr)
+    return _derived(expr, shape, dtype, (tc, ta, tb), dtypes.checked_range("where", dtype, values))
+
+
+def _union(a: dtypes.IntegerRange, b: dtypes.IntegerRange) -> dtypes.IntegerRange:
+    """The range holding both ranges."""
+    return (builtins.min(a[0], b[0]), builtins.max(a[1], b[1]))
+
+
+def logical_and(a: Tensor | float, b: Tensor | float) -> Tensor:
+    """Elementwise: both nonzero (NaN counts), as bools."""
+    return minimum(_truth(a), _truth(b))
+
+
+def logical_or(a: Tensor | float, b: Tensor | float) -> Tensor:
+    """Elementwise: either nonzero (NaN counts), as bools."""
+    return maximum(_truth(a), _truth(b))
+
+
+def logical_xor(a: Tensor | float, b: Tensor | float) -> Tensor:
+    """Elementwise: exactly one nonzero (NaN counts), as bools."""
+    return _binary("ne", _truth(a), _truth(b), "logical_xor")
+
+
+def logical_not(x: Tensor) -> Tensor:
+    """Elementwise: zero, as bools."""
+    return _require(x, "logical_not") == 0
+
+
+def isnan(x: Tensor) -> Tensor:
+    """Elementwise: x is NaN, as bools."""
+    x = _require(x, "isnan")
+    return _full(0, x.shape, "bool") if x.values is not None else x != x
+
+
+def isinf(x: Tensor) -> Tensor:
+    """Elementwise: x is +inf or -inf, as bools."""
+    x = _require(x, "isinf")
+    return _full(0, x.shape, "bool") if x.values is not None else abs(x) == math.inf
+
+
+def isfinite(x: Tensor) -> Tensor:
+    """Elementwise: x is neither NaN nor ±inf, as bools."""
+    x = _require(x, "isfinite")
+    return _full(1, x.shape, "bool") if x.values is not None else abs(x) < math.inf
+
+
+def _truth(x: object) -> Tensor | bool:
+    """`x` as bools: a bool tensor itself, another tensor `x != 0`, a scalar `bool(x)`."""
+    if isinstance(x, Tensor):
+        return x if x.dtype == "bool" else x != 0
+    if _is_scalar(x):
+        return bool(x)
+    return _require(x, "logical operation")
+
+
+def _logical_operator(
+    symbol: str, logical: Callable[[Any, Any], Tensor], a: object, b: object
+) -> Tensor:
+    """`a <symbol> b` (&, |, ^, ~): numpy's logical operation on bools; numpy makes it bitwise
+    on integers, which eqsat does not compute (UnsupportedError), and refuses floats."""
+    for operand in (a, b):
+        dtype = operand.dtype if isinstance(operand, Tensor) else type(operand).__name__
+        if dtype != "bool":
+            raise UnsupportedError(
+                f"{symbol}: eqsat takes it on bools only (logical), got {dtype}; numpy makes it "
+                "bitwise on integers, which eqsat does not compute. For a condition on "
+                "numbers write np.logical_and(x > 0, y > 0), or compare first"
+            )
+    return logical(a, b)
 
 
 def sum(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
@@ -796,7 +1085,7 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     """
     a = _require(a, "matmul")
     b = _require(b, "matmul")
-    dtype = _common_dtype("matmul", (a, b))
+    dtype = dtypes.result_dtype("matmul", np.matmul, a.dtype, b.dtype)
     if not a.ndim or not b.ndim:
         raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} need rank >= 1")
     k_a, k_b = a.shape[-1], b.shape[0 if b.ndim == 1 else -2]
@@ -810,7 +1099,12 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     batch = shape[:-2]
     a3 = _broadcast_to(a2, batch + a2.shape[-2:])
     b3 = _broadcast_to(b2, batch + b2.shape[-2:])
-    result = Tensor(TExpr.matmul(a3.expr, b3.expr), shape, dtype)
+    values = None
+    if dtypes.dtype_range(dtype) is not None:
+        products = _binary_range("mul", a.values, b.values)  # type: ignore[arg-type]
+        values = (k_a * products[0], k_a * products[1])
+    values = dtypes.checked_range("matmul", dtype, values)
+    result = _derived(TExpr.matmul(a3.expr, b3.expr), shape, dtype, (a, b), values)
     if a.ndim == 1:
         shape = shape[:-2] + shape[-1:]
     if b.ndim == 1:
@@ -1070,7 +1364,14 @@ def concatenate(arrays: Sequence[Tensor], axis: int = 0) -> Tensor:
     joined = parts[0]
     for part in parts[1:]:
         shape = shapes.concatenate(joined.shape, part.shape, dim)
-        joined = Tensor(TExpr.concat(joined.expr, part.expr, dim), shape, joined.dtype)
+        dtype = dtypes.result_dtype(
+            "concatenate", lambda a, b: np.concatenate([a, b]), joined.dtype, part.dtype
+        )
+        values = None
+        if dtypes.dtype_range(dtype) is not None:
+            values = _union(joined.values, part.values)  # type: ignore[arg-type]
+        expr = TExpr.concat(joined.expr, part.expr, dim)
+        joined = _derived(expr, shape, dtype, (joined, part), values)
     return joined
 
 
@@ -1209,8 +1510,10 @@ def _pad_block(x: Tensor, dim: int, width: int, mode: str, value: float, before:
 
 
 def _filled_like(x: Tensor, dim: int, extent: int, value: float) -> Tensor:
-    """A tensor of `value` shaped as `x` but with `extent` along `dim`."""
-    return _full(value, (*x.shape[:dim], extent, *x.shape[dim + 1 :]), x.dtype)
+    """A tensor of `value`, cast to `x`'s dtype as numpy casts a pad's constant, shaped as `x`
+    but with `extent` along `dim`."""
+    cast = np.asarray(value).astype(x.dtype).item()
+    return _full(cast, (*x.shape[:dim], extent, *x.shape[dim + 1 :]), x.dtype)
 
 
 def _sequence_of_tensors(what: str, arrays: object) -> list[Tensor]:
@@ -1268,8 +1571,11 @@ def _counts(what: str, values: Sequence[object]) -> tuple[int, ...]:
 
 def norm(x: Tensor, ord: object = None, axis: Axes = None, keepdims: bool = False) -> Tensor:  # noqa: A002 - numpy's name
     """numpy.linalg.norm for the 2-norm of vectors and the Frobenius norm of matrices:
-    sqrt(sum(x * x)) over `axis` (all axes when None). Other `ord`s raise UnsupportedError."""
+    sqrt(sum(x * x)) over `axis` (all axes when None), of integers in float64 as numpy. Other
+    `ord`s raise UnsupportedError."""
     x = _require(x, "norm")
+    if x.values is not None:
+        x = x.astype("float64")
     dims = x.ndim if axis is None else 1 if isinstance(axis, int) else len(axis)
     if not (ord is None or (ord == 2 and dims == 1) or (ord == "fro" and dims == 2)):
         raise UnsupportedError(
@@ -1332,6 +1638,17 @@ _NUMPY_UFUNCS: dict[np.ufunc, Callable[..., Tensor]] = {
     np.not_equal: partial(_binary, "ne"),
     np.matmul: matmul,
     np.reciprocal: lambda x: 1.0 / x,
+    np.logical_and: logical_and,
+    np.logical_or: logical_or,
+    np.logical_xor: logical_xor,
+    np.logical_not: logical_not,
+    np.isnan: isnan,
+    np.isinf: isinf,
+    np.isfinite: isfinite,
+    np.bitwise_and: partial(_logical_operator, "&", logical_and),
+    np.bitwise_or: partial(_logical_operator, "|", logical_or),
+    np.bitwise_xor: partial(_logical_operator, "^", logical_xor),
+    np.invert: lambda x: _logical_operator("~", lambda y, _: logical_not(y), x, True),
 }
 
 

@@ -27,7 +27,7 @@ from eqsat import api
 from eqsat.api import CompileOptions
 from eqsat.backend_c.kernel import Kernel
 from eqsat.core.errors import ArgumentError, DTypeError, UnsupportedError
-from eqsat.frontend import Tensor, tensor
+from eqsat.frontend import Tensor, tensor, traced_scalar
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ class TracedScalar:
 
 # One entry per parameter of the function, in order: (name, what was passed).
 CacheKey = tuple[tuple[str, ArraySpec | TracedScalar | Static], ...]
+
 
 class _KnownCall(NamedTuple):
     """A positional call seen before: its kernel and key, where each kernel input is among the
@@ -125,8 +126,8 @@ class JitFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         """Run the kernel for these arguments, tracing and compiling it on first use.
 
-        It requires: the arguments bind to the function's signature; numpy-array arguments all
-        float32 or all float64; every other argument hashable (a static value).
+        It requires: the arguments bind to the function's signature; numpy-array arguments of
+        `eqsat.core.dtypes.INPUT_DTYPES`; every other argument hashable (a static value).
         """
         if not kwargs:  # the common call: every argument by position, a kernel already built
             try:
@@ -244,20 +245,13 @@ class JitFunction:
 
     def _compile(self, key: CacheKey) -> Kernel:
         """Trace the function on symbolic tensors named after its array and traced float
-        parameters (floats 0-d, of the arrays' dtype); compile."""
-        dtypes = {name: spec.dtype for name, spec in key if isinstance(spec, ArraySpec)}
-        if len(set(dtypes.values())) > 1:
-            raise DTypeError(
-                f"eqsat.jit: {self._name} got arrays of different dtypes {dtypes}; a kernel has "
-                "one dtype: cast them (eqsat does not)"
-            )
-        dtype = next(iter(dtypes.values()), "float32")
+        parameters (floats 0-d and weak, as numpy's Python scalars); compile."""
         call = self._signature.bind_partial()
         for name, spec in key:
             if isinstance(spec, ArraySpec):
                 call.arguments[name] = self._input(name, spec)
             elif isinstance(spec, TracedScalar):
-                call.arguments[name] = tensor(name, (), dtype)
+                call.arguments[name] = traced_scalar(name)
             else:
                 call.arguments[name] = spec.value
         result = self._function(*call.args, **call.kwargs)
@@ -312,7 +306,7 @@ def jit(
     function keeps).
 
     It requires: the function returns an expression of its array arguments, or a tuple/list of
-    them (then calls return a tuple); arrays are float32 or float64, one dtype per call; static
+    them (then calls return a tuple); arrays are of `eqsat.core.dtypes.INPUT_DTYPES`; static
     arguments are hashable; a traced float is not used in Python control flow (`if alpha > 0`:
     make it static).
     """

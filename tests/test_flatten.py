@@ -278,7 +278,7 @@ def test_a_cached_flattened_kernel_keeps_the_users_shapes(cache: Path) -> None:
     assert FLATTENED in again.explain()
     for kernel in (first, again, pickle.loads(pickle.dumps(again))):
         assert {spec.name: spec.shape for spec in kernel.inputs} == dict.fromkeys("abc", (6, 10))
-        assert kernel.outputs == (TensorSpec("out0", (6, 10)),)
+        assert kernel.outputs == (TensorSpec("out0", (6, 10), "float32"),)
         with pytest.raises(ShapeError):
             kernel(*(np.ones(60, np.float32) for _ in "abc"))
     script = (
@@ -310,5 +310,8 @@ def test_autotuning_a_flattened_program_runs_the_candidates_on_the_users_shapes(
     kernel = autotune.fastest(
         optimized, 2, lambda p: build(p, optimized), progress=False, timer=timer
     )
-    assert kernel.inputs == (TensorSpec("a", (33, 5)), TensorSpec("b", (33, 5)))
+    assert kernel.inputs == (
+        TensorSpec("a", (33, 5), "float32"),
+        TensorSpec("b", (33, 5), "float32"),
+    )
     assert "autotuned: candidate 1/" in kernel.explain()

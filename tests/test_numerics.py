@@ -551,7 +551,7 @@ def test_fractional_powers_match_numpy_on_special_values(isa: str) -> None:
 
 @pytest.mark.parametrize("isa", ISAS)
 def test_any_and_all_follow_numpy_with_special_values(isa: str) -> None:
-    """any/all as 1.0/0.0 (comparisons' convention): NaN and ±inf are nonzero, ±0 are zero."""
+    """any/all as bools: NaN and ±inf are nonzero, ±0 are zero."""
     data = np.zeros((6, 19), np.float32)
     data[0, 4], data[1, :], data[2, 7], data[3, :], data[3, 2] = np.nan, 1.0, -0.0, -np.inf, 0.0
     data[4, :], data[5, 18] = np.nan, TINY
@@ -564,7 +564,9 @@ def test_any_and_all_follow_numpy_with_special_values(isa: str) -> None:
     }
     for name, (expr, want) in programs.items():
         kernel = eqsat.compile(expr, isa=isa, progress=False, limits=LIMITS)
-        np.testing.assert_array_equal(kernel(data), want.astype(np.float32), err_msg=name)
+        got = kernel(data)
+        assert got.dtype == want.dtype == np.bool_
+        np.testing.assert_array_equal(got, want, err_msg=name)
 
 
 # erf, which numpy lacks, through the C at every ISA and in both dtypes: the vector form

@@ -18,8 +18,13 @@ class IndexingError(ShapeError, IndexError):
 
 
 class DTypeError(EqsatError, TypeError):
-    """An unsupported dtype, two dtypes mixed in one program, or a kernel called with an array
-    of another dtype than its inputs' (nothing is cast)."""
+    """An unsupported dtype, or a kernel called with an array of another dtype than its
+    input's (nothing is cast)."""
+
+
+class InexactInputError(EqsatError, ValueError):
+    """A kernel was called with an int64 or uint64 array holding a value beyond 2**53, which
+    its float64 computation cannot hold exactly (`eqsat.core.dtypes`)."""
 
 
 class ArgumentError(EqsatError, TypeError):

@@ -1,0 +1,237 @@
+"""Value dtypes (`eqsat.core.dtypes`): bool, integer and float16 arrays in and out, numpy's
+promotion rules, and the refusals where numpy's integers would wrap around.
+
+Each program is built once on symbolic tensors and once on numpy arrays by the same function:
+the tensor's dtype must be numpy's, and the compiled kernel must return numpy's dtype and
+values (with NaN, ±inf and -0.0 among the float inputs).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import eqsat
+from eqsat.core.errors import DTypeError, InexactInputError, UnsupportedError
+from eqsat.core.saturate import Limits
+from tests.test_numerics import assert_specials_agree, with_specials
+
+LIMITS = Limits(nodes=20_000, seconds=0.5, iterations=8, extraction_seconds=0.5)
+SHAPE = (6, 9)
+# the inputs every program may use, by name: their dtypes, and how to draw their values
+INPUTS: dict[str, str] = {
+    "x": "float32",
+    "d": "float64",
+    "h": "float16",
+    "m": "bool",
+    "i": "int32",
+    "b": "int8",
+    "u": "uint8",
+    "q": "int64",
+}
+
+
+def draw(name: str, rng: np.random.Generator) -> np.ndarray:
+    """Values for input `name`: floats with specials, integers over their dtype's range
+    (int32 and int64 over ±2**31 and ±2**53), bools half true."""
+    dtype = np.dtype(INPUTS[name])
+    if dtype.kind == "f":
+        return with_specials(rng, SHAPE, 0.1).astype(dtype)
+    if dtype.kind == "b":
+        return rng.random(SHAPE) < 0.5
+    limit = 2**53 if dtype.itemsize == 8 else int(np.iinfo(dtype).max)
+    low = 0 if dtype.kind == "u" else -limit
+    return rng.integers(low, limit, SHAPE, endpoint=True).astype(dtype)
+
+
+# (id, program): each takes numpy (or eqsat tensors) by the input names it declares
+PROGRAMS: list[tuple[str, Callable[..., Any]]] = [
+    ("float32 + int32 is float64", lambda x, i: x + i),
+    ("float32 with a Python float stays float32", lambda x: x * 2.5 - 1),
+    ("float32 + float64 is float64", lambda x, d: x * d),
+    ("float16 arithmetic", lambda h: h * h + 1),
+    ("float16 + float32 is float32", lambda h, x: h + x),
+    ("float16 function", lambda h: np.exp(h)),
+    ("int8 function is float16", lambda b: np.exp(b) * 0.5),
+    ("int16 function is float32", lambda b: np.sqrt(np.abs(b.astype(np.int16)))),
+    ("int32 comparison", lambda i: i > 7),
+    ("int64 equality", lambda q: q == 3),
+    ("bool mask selects", lambda m, x: np.where(m, x, 0)),
+    ("bool mask multiplies", lambda m, x: m * x),
+    ("logical operators", lambda m, x: (m & (x > 0)) | ~m),
+    ("logical functions", lambda m, i: np.logical_xor(m, np.logical_not(i > 0))),
+    ("isnan isinf isfinite", lambda x: np.isnan(x) | np.isinf(x) ^ np.isfinite(x)),
+    ("count of a mask", lambda m: m.sum(axis=1)),
+    ("count of a comparison", lambda x: (x > 0).sum()),
+    ("any and all", lambda x: np.logical_and((x > 1).any(axis=0), (x < 2).all(axis=0))),
+    ("argmax is int64", lambda x: np.argmax(x, axis=1)),
+    ("argmin plus one", lambda x: np.argmin(x, axis=0) + 1),
+    ("int32 max and min", lambda i: np.stack([i.max(axis=0), i.min(axis=0)])),
+    ("int8 sum", lambda b: b.sum(axis=1)),
+    ("uint8 sum", lambda u: u.sum()),
+    ("int32 sum is int64", lambda i: i.sum(axis=0)),
+    ("int32 mean is float64", lambda i: i.mean(axis=0)),
+    ("int32 var", lambda i: i.var()),
+    ("int32 divided is float64", lambda i, b: i / (b.astype(np.int32) * 2 + 1)),
+    ("int32 maximum and clip", lambda i: np.clip(np.maximum(i, -5), -100, 100)),
+    ("int8 where", lambda b, m: np.where(m, b, 3)),
+    ("int8 concatenated with uint8", lambda b, u: np.concatenate([b, u], axis=1)),
+    ("int8 padded", lambda b: np.pad(b, 1, constant_values=7)),
+    ("int8 layout", lambda b: np.maximum(b.T[::2, 1:], 3)),
+    ("astype float32", lambda i: i.astype(np.float32) / 7),
+    ("float astype int32 truncates", lambda x: np.clip(x, -2, 2).astype(np.int32)),
+    ("float astype bool", lambda x: x.astype(bool)),
+    ("bool astype int", lambda m: m.astype(np.int16) * 3),
+    ("float64 astype float32", lambda d: (d * 3).astype(np.float32)),
+    (
+        "int8 matmul is int8 when it cannot overflow",
+        lambda m: m.astype(np.int8) @ m.T.astype(np.int8),
+    ),
+    ("float32 @ int8 is float32", lambda x, b: x @ b.T),
+]
+
+
+def _names(program: Callable[..., Any]) -> list[str]:
+    return list(program.__code__.co_varnames[: program.__code__.co_argcount])
+
+
+@pytest.mark.parametrize(("name", "program"), PROGRAMS, ids=[name for name, _ in PROGRAMS])
+def test_a_program_gives_numpys_dtype_and_values(name: str, program: Callable[..., Any]) -> None:
+    names = _names(program)
+    rng = np.random.default_rng(len(name))
+    arrays = {n: draw(n, rng) for n in names}
+    with np.errstate(all="ignore"):
+        want = np.asarray(program(**arrays))
+    symbolic = program(**{n: eqsat.tensor(n, SHAPE, INPUTS[n]) for n in names})
+    assert symbolic.dtype == want.dtype.name
+    kernel = eqsat.compile(symbolic, limits=LIMITS, progress=False, cache=False)
+    got = kernel(**arrays)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, want)
+        return
+    with np.errstate(all="ignore"):
+        reference = np.asarray(
+            program(
+                **{n: a.astype(np.float64) if a.dtype.kind == "f" else a for n, a in arrays.items()}
+            )
+        ).astype(np.float64)
+    # float16 and float32 results were computed in float32 (or float64) and rounded once
+    compared = got.astype(np.float32) if got.dtype == np.float16 else got
+    wanted = want.astype(np.float32) if want.dtype == np.float16 else want
+    if got.dtype == np.float16:
+        finite = np.isfinite(wanted) & np.isfinite(compared)
+        np.testing.assert_allclose(compared[finite], wanted[finite], rtol=2e-3, atol=2e-3)
+        np.testing.assert_array_equal(np.isnan(compared), np.isnan(wanted))
+        return
+    assert_specials_agree(compared, wanted, reference)
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+def test_masks_and_indices_at_every_isa(isa: str) -> None:
+    x, m, i = (eqsat.tensor(n, SHAPE, INPUTS[n]) for n in "xmi")
+    rng = np.random.default_rng(3)
+    arrays = {n: draw(n, rng) for n in "xmi"}
+    outputs = [np.where(m & (i > 0), x, -1.0), np.argmax(x, axis=1), (x > 0).sum(axis=0)]
+    kernel = eqsat.compile(outputs, isa=isa, limits=LIMITS, progress=False, cache=False)
+    got = kernel(**arrays)
+    xs, ms, is_ = arrays["x"], arrays["m"], arrays["i"]
+    want = [np.where(ms & (is_ > 0), xs, -1.0), np.argmax(xs, axis=1), (xs > 0).sum(axis=0)]
+    assert_specials_agree(got[0], want[0], want[0].astype(np.float64))
+    for g, w in zip(got[1:], want[1:], strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+REFUSED: list[tuple[str, Callable[..., Any], str]] = [
+    ("int32 + int32 may overflow", lambda i: i + i, "add: the int32 result could reach"),
+    ("int8 * int8", lambda b: b * b, "mul: the int8 result could reach"),
+    ("negating int8", lambda b: -b, "neg: the int8 result could reach 128"),
+    ("int32 + 1", lambda i: i + 1, "add: the int32 result could reach 2147483648"),
+    ("bool + bool", lambda m: m + m, "add: the bool result could reach 2"),
+    ("bool - bool", lambda m: m - m, "sub: numpy refuses these operands"),
+    ("int64 sum", lambda q: q.sum(), "sum: the int64 result could reach"),
+    ("bitwise and of integers", lambda i: i & i, "&: eqsat takes it on bools only"),
+    ("& of floats", lambda x, m: x & m, "&: eqsat takes it on bools only (logical), got float32"),
+    ("integer to a negative power", lambda i: i**-1, "integers to negative integer powers"),
+    ("narrowing astype", lambda i: i.astype(np.int8), "x.astype(int8): the int8 result"),
+    ("rounding an integer to tens", lambda i: np.round(i, -1), "round: rounding int32"),
+    ("uint8 + a negative int", lambda u: u + (-300), "numpy refuses these operands"),
+]
+
+
+@pytest.mark.parametrize(("name", "program", "message"), REFUSED, ids=[n for n, _, _ in REFUSED])
+def test_integer_arithmetic_that_may_wrap_is_refused(
+    name: str, program: Callable[..., Any], message: str
+) -> None:
+    tensors = {n: eqsat.tensor(n, SHAPE, INPUTS[n]) for n in _names(program)}
+    with pytest.raises(UnsupportedError, match=re.escape(message)):
+        program(**tensors)
+
+
+def test_a_refusal_says_how_to_compute_it() -> None:
+    i = eqsat.tensor("i", SHAPE, "int32")
+    with pytest.raises(UnsupportedError, match=re.escape("x.astype(np.float64)")):
+        i * i
+    x = i.astype(np.float64)
+    assert (x * x).dtype == "float64"
+
+
+def test_a_kernel_checks_its_inputs_dtypes_and_integer_range() -> None:
+    q, m = eqsat.tensor("q", (4,), "int64"), eqsat.tensor("m", (4,), "bool")
+    kernel = eqsat.compile(np.where(m, q, -1), limits=LIMITS, progress=False, cache=False)
+    values = np.array([1, -(2**53), 2**53, 5])
+    mask = np.array([True, True, True, False])
+    np.testing.assert_array_equal(kernel(q=values, m=mask), np.where(mask, values, -1))
+    with pytest.raises(DTypeError, match=re.escape("input 'q' has dtype int32, expected int64")):
+        kernel(q=values.astype(np.int32), m=mask)
+    with pytest.raises(DTypeError, match=re.escape("input 'm' has dtype float32, expected bool")):
+        kernel(q=values, m=mask.astype(np.float32))
+    with pytest.raises(
+        InexactInputError, match=re.escape("input 'q' (int64) holds a value beyond")
+    ):
+        kernel(q=np.array([1, 2**53 + 1, 0, 0]), m=mask)
+    assert "q: (4,) int64" in repr(kernel) and "-> (4,) int64" in repr(kernel)
+    assert (
+        "converted at the call from and to float64: m bool, q int64, out0 int64" in kernel.explain()
+    )
+
+
+def test_jit_traces_each_arrays_dtype_and_python_floats_weakly() -> None:
+    @eqsat.jit(limits=LIMITS, progress=False, cache=False)
+    def masked_scale(x: np.ndarray, mask: np.ndarray, scale: float) -> Any:
+        return np.where(mask, x * scale, 0)
+
+    rng = np.random.default_rng(5)
+    mask = rng.random(SHAPE) < 0.5
+    for dtype in (np.float16, np.float32, np.float64):
+        x = rng.standard_normal(SHAPE).astype(dtype)
+        got = masked_scale(x, mask, 0.1)
+        want = np.where(mask, x * 0.1, 0)
+        assert got.dtype == want.dtype == dtype
+        np.testing.assert_allclose(got, want, rtol=1e-3 if dtype == np.float16 else 1e-6)
+        assert masked_scale(x, mask, 0.3).dtype == dtype  # the same kernel, another scale
+    assert len(masked_scale.kernels) == 3
+
+
+def test_the_compile_cache_keeps_outputs_of_other_dtypes_apart(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("EQSAT_CACHE_DIR", str(tmp_path))
+    d = eqsat.tensor("d", (5,), "float64")
+    values = np.arange(5.0) / 3
+    as_float64 = eqsat.compile(d * 1, limits=LIMITS, progress=False)
+    as_float32 = eqsat.compile((d * 1).astype(np.float32), limits=LIMITS, progress=False)
+    assert as_float64(values).dtype == np.float64
+    assert as_float32(values).dtype == np.float32
+    np.testing.assert_array_equal(as_float32(values), values.astype(np.float32))
+
+
+def test_a_tensor_refuses_dtypes_numpy_has_and_eqsat_does_not() -> None:
+    for dtype in ("complex64", "datetime64[s]", "U3", object):
+        with pytest.raises(DTypeError, match="unsupported dtype"):
+            eqsat.tensor("z", (2,), dtype)
