@@ -235,3 +235,55 @@ def test_a_tensor_refuses_dtypes_numpy_has_and_eqsat_does_not() -> None:
     for dtype in ("complex64", "datetime64[s]", "U3", object):
         with pytest.raises(DTypeError, match="unsupported dtype"):
             eqsat.tensor("z", (2,), dtype)
+
+
+def _masked_softmax(scores: Any, mask: Any) -> Any:
+    masked = np.where(mask, scores, -np.inf)
+    e = np.exp(masked - masked.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+# everyday code with masks, labels and half floats, through @eqsat.jit: name -> (function,
+# its arguments' dtypes); every array is SHAPE but labels, one per row
+EVERYDAY: dict[str, tuple[Callable[..., Any], list[str]]] = {
+    "masked softmax": (_masked_softmax, ["float32", "bool"]),
+    "accuracy": (
+        lambda logits, labels: (np.argmax(logits, axis=1) == labels).mean(),
+        ["float32", "int64"],
+    ),
+    "dropout with a keep mask": (lambda x, keep: np.where(keep, x / 0.9, 0), ["float32", "bool"]),
+    "relu gradient": (lambda x, g: (x > 0).astype(np.float32) * g, ["float32", "float32"]),
+    "zero the non-finite": (lambda g: np.where(np.isfinite(g), g, 0), ["float32"]),
+    "nonzeros per row": (lambda x: (x != 0).sum(axis=1), ["float32"]),
+    "true positives": (lambda p, t: ((p > 0.5) & t).sum(), ["float32", "bool"]),
+    "half-precision layer": (lambda x, w: np.maximum(x @ w.T, 0), ["float16", "float16"]),
+    "int8 features scaled": (lambda q, s: q.astype(np.float32) * s, ["int8", "float32"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EVERYDAY))
+def test_everyday_code_with_masks_labels_and_half_floats(name: str) -> None:
+    function, kinds = EVERYDAY[name]
+    rng = np.random.default_rng(sorted(EVERYDAY).index(name))
+    arrays = []
+    for kind in kinds:
+        if kind == "int64":  # class labels
+            arrays.append(rng.integers(0, SHAPE[1], SHAPE[0]))
+        elif kind == "bool":
+            arrays.append(rng.random(SHAPE) < 0.7)
+        elif kind == "int8":
+            arrays.append(rng.integers(-128, 128, SHAPE).astype(np.int8))
+        else:
+            arrays.append(with_specials(rng, SHAPE, 0.05).astype(kind))
+    got = np.asarray(eqsat.jit(function, limits=LIMITS, progress=False)(*arrays))
+    with np.errstate(all="ignore"):
+        want = np.asarray(function(*arrays))
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, want)
+    elif want.dtype == np.float16:
+        np.testing.assert_allclose(
+            got.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2
+        )
+    else:
+        assert_specials_agree(got, want, want.astype(np.float64))

@@ -656,8 +656,6 @@ def test_infer_agrees_with_the_frontend(data: st.DataObject, dtype: str) -> None
     program = _random_program(data, dtype)
     assert program.dtype == dtype
     assert shapes.infer(term(program)) == program.shape
-    if "TExpr.input" in ops_in(term(program)):  # x ** 0 leaves only constants
-        assert shapes.dtype_of(term(program)) == dtype
 
 
 def test_infer_composites() -> None:
@@ -685,17 +683,6 @@ def test_infer_rejects_ill_formed_terms() -> None:
         shapes.infer(Term("Stmt.seq", ()))
     with pytest.raises(ShapeError, match=re.escape("add: shapes (2, 3, 4) and (4, 5)")):
         shapes.infer(Term("TExpr.binary", ("add", a, b)))
-
-
-def test_dtype_of() -> None:
-    assert shapes.dtype_of(Term("TExpr.const", (1.0,))) == "float32"
-    assert shapes.dtype_of(term(tensor("y", (2,), "float64") * 2)) == "float64"
-    mixed = Term(
-        "TExpr.binary",
-        ("add", term(tensor("a", (2,))), term(tensor("b", (2,), "float64"))),
-    )
-    with pytest.raises(DTypeError, match="float32 and float64"):
-        shapes.dtype_of(mixed)
 
 
 def test_var_refuses_a_ddof_without_degrees_of_freedom() -> None:

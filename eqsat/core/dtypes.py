@@ -1,7 +1,7 @@
 """Value dtypes: the dtype numpy gives each array of a program, and the one floating type a
 kernel computes in.
 
-A kernel computes in float32 or float64, its *compute dtype* (`terms.DTYPES`). Each tensor
+A kernel computes in float32 or float64, its *compute dtype*. Each tensor
 of the frontend also has a *value dtype*: the dtype numpy gives the same expression (bool, an
 integer type, float16, float32 or float64), found by asking numpy itself (`result_dtype`).
 Integer and bool tensors carry the range of their values (`IntegerRange`); a kernel holds them

@@ -1,7 +1,7 @@
 """Shape rules of the tensor ops, one pure function per op, shared by every stage.
 
 Shapes are tuples of ints >= 1; rank 0 is `()`. Each rule returns the result shape or raises
-`ShapeError` naming the op and the offending shapes. `infer` and `dtype_of` apply the rules to a
+`ShapeError` naming the op and the offending shapes. `infer` applies the rules to a
 read-back tensor term (`eqsat.core.terms.Term`).
 """
 
@@ -13,7 +13,7 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from eqsat.core.errors import DTypeError, ShapeError
+from eqsat.core.errors import ShapeError
 from eqsat.core.terms import Term
 
 Shape = tuple[int, ...]
@@ -240,24 +240,3 @@ def _ints(arg: object) -> Shape:
     if not isinstance(arg, tuple):
         raise ValueError(f"expected a tuple of ints in a tensor term, got {arg!r}")
     return tuple(_int(a) for a in arg)
-
-
-def dtype_of(term: Term) -> str:
-    """The dtype of the inputs of `term`, or "float32" when it has none.
-
-    It requires: all inputs share one dtype (DTypeError otherwise).
-    """
-    dtypes: set[str] = set()
-    seen: set[Term] = set()
-    pending = [term]
-    while pending:
-        node = pending.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        if node.op == "TExpr.input":
-            dtypes.add(str(node.args[2]))
-        pending.extend(a for a in node.args if isinstance(a, Term))
-    if len(dtypes) > 1:
-        raise DTypeError(f"inputs mix dtypes {' and '.join(sorted(dtypes))}")
-    return dtypes.pop() if dtypes else "float32"

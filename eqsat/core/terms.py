@@ -61,7 +61,6 @@ COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")  # 1.0 where true, 0.0 where 
 BINARY_OPS = ARITH_OPS + COMPARE_OPS
 REDUCE_OPS = ("sum", "max", "prod")
 REDUCE_IDENTITY = {"sum": 0.0, "max": float("-inf"), "prod": 1.0}  # a reduction's start value
-DTYPES = ("float32", "float64")
 
 # ---------------------------------------------------------------- stage 1: tensor terms
 
