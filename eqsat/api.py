@@ -437,7 +437,7 @@ def optimize(
     machine = machine or calibrated_host(announce=reporter.say)
     as_written = [to_term(t.expr) for t in tensors]
     assert all(isinstance(t, Term) for t in as_written)
-    compute = dtypes.compute_dtype(any(t.wide for t in tensors))
+    compute = dtypes.compute_dtype(any(t.needs_float64 for t in tensors))
     original = [dtypes.with_compute_dtype(t, compute) for t in as_written]  # type: ignore[arg-type]
     # what is optimized: the terms as written or, for a flattenable program, their flattening
     terms: list[Term] = original  # type: ignore[assignment]

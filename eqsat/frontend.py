@@ -54,6 +54,7 @@ __all__ = [
     "exp",
     "expm1",
     "floor",
+    "floor_divide",
     "gelu",
     "isfinite",
     "isinf",
@@ -75,6 +76,7 @@ __all__ = [
     "pad",
     "prod",
     "relu",
+    "remainder",
     "repeat",
     "rint",
     "round",
@@ -112,19 +114,22 @@ class Tensor:
         shape: Shape,
         dtype: str,
         *,
-        values: dtypes.IntegerRange | None = None,
-        wide: bool = False,
+        integer_range: dtypes.IntegerRange | None = None,
+        needs_float64: bool = False,
         weak: bool = False,
     ) -> None:
         """Internal: `shape` and `dtype` (numpy's dtype of the value, `eqsat.core.dtypes`) must
-        be those of `expr`, `values` the range of an integer or bool tensor (the builders here
-        check it); `wide` that some tensor `expr` is computed from needs a float64 kernel;
-        `weak` that it stands for a Python scalar (a constant, or a traced float)."""
+        be those of `expr`, `integer_range` the least and greatest value of an integer or bool
+        tensor (the builders here check it); `needs_float64` that some tensor `expr` is
+        computed from needs a float64 kernel; `weak` that it stands for a Python scalar (a
+        constant, or a traced float)."""
         self.expr = expr
         self.shape = shape
         self.dtype = dtype
-        self.values = values
-        self.wide = wide or (not weak and dtypes.needs_float64(dtype, values))
+        self.integer_range = integer_range
+        self.needs_float64 = needs_float64 or (
+            not weak and dtypes.needs_float64(dtype, integer_range)
+        )
         self.weak = weak
 
     @property
@@ -211,6 +216,18 @@ class Tensor:
     def __rtruediv__(self, other: object) -> Tensor:
         return _binary("div", other, self)
 
+    def __floordiv__(self, other: object) -> Tensor:
+        return floor_divide(self, other)
+
+    def __rfloordiv__(self, other: object) -> Tensor:
+        return floor_divide(other, self)
+
+    def __mod__(self, other: object) -> Tensor:
+        return remainder(self, other)
+
+    def __rmod__(self, other: object) -> Tensor:
+        return remainder(other, self)
+
     def __neg__(self) -> Tensor:
         return _unary("neg", self)
 
@@ -232,7 +249,7 @@ class Tensor:
         if n == 0:
             return _full(1, self.shape, self.dtype)
         if n < 0:
-            if self.values is not None:
+            if self.integer_range is not None:
                 raise UnsupportedError(
                     f"pow: integers to negative integer powers are not allowed (numpy refuses "
                     f"them too), got {self.dtype} ** {n}; cast with x.astype(np.float64)"
@@ -359,20 +376,19 @@ class Tensor:
     def astype(self, dtype: Any) -> Tensor:
         """numpy's ndarray.astype: to a float dtype the same values (the kernel's compute
         dtype rounds them once, at the output); to bool `self != 0`; to an integer dtype
-        toward zero, as numpy (`trunc`; an integer range that does not fit the new dtype,
-        where numpy wraps around, is an UnsupportedError)."""
+        toward zero, as numpy (`trunc`; integers that do not fit the new dtype wrap around, as
+        numpy's do)."""
         name = _dtype_name(dtype, "astype")
         if name == self.dtype:
             return self
         if name == "bool":
             return self != 0
-        values = self.values
+        values = self.integer_range
         if dtypes.dtype_range(name) is None:  # to a float: the same values, numpy's new dtype
-            return Tensor(self.expr, self.shape, name, wide=self.wide)
+            return Tensor(self.expr, self.shape, name, needs_float64=self.needs_float64)
         truncated = self if values is not None else trunc(self)
         values = dtypes.dtype_range(name) if values is None else values
-        checked = dtypes.checked_range(f"x.astype({name})", name, values)
-        return Tensor(truncated.expr, self.shape, name, values=checked, wide=self.wide)
+        return _derived(f"x.astype({name})", truncated.expr, self.shape, name, (self,), values)
 
     def any(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
         """1.0 where some element over `axis` is nonzero (NaN counts), else 0.0: numpy's any
@@ -391,11 +407,17 @@ class Tensor:
         """Minimum over `axis`, as -max(-x): a NaN propagates, as in numpy. Of integers and
         bools, whose negation may leave their dtype, the negations are on the same values as
         numbers and the result has `self`'s dtype and range."""
-        if self.values is None:
+        if self.integer_range is None:
             return -((-self).max(axis, keepdims))
-        numbers = Tensor(self.expr, self.shape, "float32", wide=self.wide)
+        numbers = Tensor(self.expr, self.shape, "float32", needs_float64=self.needs_float64)
         least = -((-numbers).max(axis, keepdims))
-        return Tensor(least.expr, least.shape, self.dtype, values=self.values, wide=self.wide)
+        return Tensor(
+            least.expr,
+            least.shape,
+            self.dtype,
+            integer_range=self.integer_range,
+            needs_float64=self.needs_float64,
+        )
 
     def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
         """The index of the first maximum along `axis` (None: of the flattened tensor), as a
@@ -410,7 +432,7 @@ class Tensor:
     def mean(self, axis: Axes = None, keepdims: bool = False) -> Tensor:
         """Mean over `axis`: the sum times 1/count (of integers and bools: in float64, as
         numpy)."""
-        if self.values is not None:
+        if self.integer_range is not None:
             return self.astype("float64").mean(axis, keepdims)
         total = self.sum(axis, keepdims)
         count = math.prod(self.shape) // math.prod(total.shape)
@@ -459,7 +481,7 @@ def tensor(name: str, shape: Sequence[int | np.integer[Any]], dtype: Any = "floa
     dtype_name = _dtype_name(dtype, "tensor")
     checked = shapes.validate_shape(shape, f"tensor {name!r}")
     expr = TExpr.input(name, checked, dtype_name)
-    return Tensor(expr, checked, dtype_name, values=dtypes.dtype_range(dtype_name))
+    return Tensor(expr, checked, dtype_name, integer_range=dtypes.dtype_range(dtype_name))
 
 
 def traced_scalar(name: str) -> Tensor:
@@ -538,7 +560,7 @@ def _constant(value: SupportsFloat) -> Tensor:
             TExpr.const(float(scalar)),
             (),
             "bool" if isinstance(scalar, bool) else "int64",
-            values=(int(scalar), int(scalar)),
+            integer_range=(int(scalar), int(scalar)),
             weak=True,
         )
     return Tensor(TExpr.const(float(scalar)), (), "float64", weak=True)
@@ -548,23 +570,57 @@ def _numpy_operand(x: Tensor) -> str | float:
     """What stands for `x` in `dtypes.result_dtype`: its dtype, or a weak scalar's value."""
     if not x.weak:
         return x.dtype
-    if x.values is None:
+    if x.integer_range is None:
         return 0.0  # a traced float or a float constant: only its kind matters
-    return bool(x.values[0]) if x.dtype == "bool" else x.values[0]
+    return bool(x.integer_range[0]) if x.dtype == "bool" else x.integer_range[0]
 
 
 def _derived(
-    expr: TExpr, shape: Shape, dtype: str, parents: Sequence[Tensor], values: Any = None
+    what: str,
+    expr: TExpr,
+    shape: Shape,
+    dtype: str,
+    parents: Sequence[Tensor],
+    values: dtypes.IntegerRange | None = None,
 ) -> Tensor:
-    """The tensor `expr` computes from `parents`: of value dtype `dtype`, and of integer range
-    `values` when `dtype` is an integer or bool type."""
-    wide = builtins.any(parent.wide for parent in parents)
-    return Tensor(expr, shape, dtype, values=values, wide=wide)
+    """The tensor `expr` computes from `parents`, of value dtype `dtype`. For an integer or
+    bool `dtype`, `values` is the range `expr` may reach: one the dtype cannot hold is wrapped
+    around as numpy does, or clamped for bools (`dtypes.overflow`, whose errors name `what`)."""
+    wide = builtins.any(parent.needs_float64 for parent in parents)
+    if values is None or dtypes.dtype_range(dtype) is None:
+        return Tensor(expr, shape, dtype, needs_float64=wide)
+    held = dtypes.overflow(what, dtype, values)
+    if held == "clamp":
+        return Tensor(
+            TExpr.binary("min", expr, TExpr.const(1.0)), shape, dtype, integer_range=(0, 1)
+        )
+    if held == "wrap":
+        least = int(np.iinfo(dtype).min)  # _wrapped computes v - least too
+        reach = (
+            builtins.min(values[0], values[0] - least),
+            builtins.max(values[1], values[1] - least),
+        )
+        wide = wide or dtypes.needs_float64(dtype, reach)
+        expr, values = _wrapped(expr, dtype), dtypes.dtype_range(dtype)
+    return Tensor(expr, shape, dtype, integer_range=values, needs_float64=wide)
+
+
+def _wrapped(expr: TExpr, dtype: str) -> TExpr:
+    """`expr`, integers within 2**53, wrapped around into the integer `dtype` as numpy's
+    fixed-width integers do: v - floor((v - least) / 2**bits) * 2**bits, exact in floating
+    point where v and v - least are (`_derived` makes the kernel float64 where they need it)."""
+    info = np.iinfo(dtype)
+    modulus = float(2 ** (8 * np.dtype(dtype).itemsize))
+    shifted = TExpr.binary("sub", expr, TExpr.const(float(info.min)))
+    turns = TExpr.unary("floor", TExpr.binary("mul", shifted, TExpr.const(1.0 / modulus)))
+    return TExpr.binary("sub", expr, TExpr.binary("mul", turns, TExpr.const(modulus)))
 
 
 def _view(x: Tensor, expr: TExpr, shape: Shape) -> Tensor:
     """`x`'s elements, rearranged by `expr` into `shape`."""
-    return Tensor(expr, shape, x.dtype, values=x.values, wide=x.wide)
+    return Tensor(
+        expr, shape, x.dtype, integer_range=x.integer_range, needs_float64=x.needs_float64
+    )
 
 
 def _full(value: int | float, shape: Shape, dtype: str) -> Tensor:
@@ -574,7 +630,7 @@ def _full(value: int | float, shape: Shape, dtype: str) -> Tensor:
     if shape:
         expr = TExpr.broadcast(expr, shape)
     values = None if dtypes.dtype_range(dtype) is None else (int(value), int(value))
-    return Tensor(expr, shape, dtype, values=values)
+    return Tensor(expr, shape, dtype, integer_range=values)
 
 
 # numpy's function of each elementwise op: it gives the op's result dtype (`_unary`, `_binary`)
@@ -620,7 +676,7 @@ def _unary(op: str, x: object) -> Tensor:
     dtype = dtypes.result_dtype(op, _NUMPY_UNARY[op], _numpy_operand(x))
     values = None
     if dtypes.dtype_range(dtype) is not None:
-        lo, hi = x.values  # type: ignore[misc]  # an integer result has integer operands
+        lo, hi = x.integer_range  # type: ignore[misc]  # an integer result has integer operands
         values = {
             "neg": (-hi, -lo),
             "abs": (
@@ -630,8 +686,7 @@ def _unary(op: str, x: object) -> Tensor:
             "sign": (-1 if lo < 0 else 0, 1 if hi > 0 else 0),
             "relu": (builtins.max(lo, 0), builtins.max(hi, 0)),
         }.get(op, (lo, hi))  # floor, ceil, trunc: integers are their own
-    values = dtypes.checked_range(op, dtype, values)
-    return _derived(TExpr.unary(op, x.expr), x.shape, dtype, (x,), values)
+    return _derived(op, TExpr.unary(op, x.expr), x.shape, dtype, (x,), values)
 
 
 def _binary(op: str, a: object, b: object, what: str | None = None) -> Tensor:
@@ -642,9 +697,8 @@ def _binary(op: str, a: object, b: object, what: str | None = None) -> Tensor:
     dtype = dtypes.result_dtype(what, _NUMPY_BINARY[op], _numpy_operand(ta), _numpy_operand(tb))
     values = None
     if dtypes.dtype_range(dtype) is not None:
-        values = _binary_range(op, ta.values, tb.values)  # type: ignore[arg-type]
-    values = dtypes.checked_range(what, dtype, values)
-    return _derived(TExpr.binary(op, ta.expr, tb.expr), shape, dtype, (ta, tb), values)
+        values = _binary_range(op, ta.integer_range, tb.integer_range)  # type: ignore[arg-type]
+    return _derived(what, TExpr.binary(op, ta.expr, tb.expr), shape, dtype, (ta, tb), values)
 
 
 def _binary_range(op: str, a: dtypes.IntegerRange, b: dtypes.IntegerRange) -> Any:
@@ -763,10 +817,9 @@ def _reduce(op: str, x: Tensor, axis: Axes, keepdims: bool) -> Tensor:
         dtype = dtypes.result_dtype(op, _NUMPY_REDUCE[op], result.dtype)
         values = None
         if dtypes.dtype_range(dtype) is not None:
-            values = _reduced_range(op, result.values, result.shape[ax])  # type: ignore[arg-type]
-        values = dtypes.checked_range(op, dtype, values)
+            values = _reduced_range(op, result.integer_range, result.shape[ax])  # type: ignore[arg-type]
         expr = TExpr.reduce(op, ax, result.expr)
-        result = _derived(expr, shape, dtype, (result,), values)
+        result = _derived(op, expr, shape, dtype, (result,), values)
     if keepdims:
         kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
         result = _reshape(result, kept)
@@ -810,7 +863,7 @@ def _arg_extreme(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor
     extreme = flat.max(dim, keepdims=True) if op == "argmax" else flat.min(dim, keepdims=True)
     hit = maximum(flat == extreme, flat != flat)  # true at the extreme, or at every NaN if any
     n = flat.shape[dim]
-    positions = Tensor(TExpr.arange(n), (n,), "int64", values=(0, n - 1))
+    positions = Tensor(TExpr.arange(n), (n,), "int64", integer_range=(0, n - 1))
     first = where(hit, positions.reshape(n, *(1,) * (flat.ndim - dim - 1)), n).min(dim)
     if not keepdims:
         return first
@@ -911,7 +964,7 @@ def round(x: Tensor, decimals: int = 0) -> Tensor:  # noqa: A001 - numpy's name
     x = _require(x, "round")
     if not isinstance(decimals, int | np.integer):
         raise ArgumentError(f"round: decimals must be an int, got {decimals!r}")
-    if x.values is not None:
+    if x.integer_range is not None:
         if decimals < 0:
             raise UnsupportedError(
                 f"round: rounding {x.dtype} to decimals={decimals} is not supported (integer "
@@ -958,14 +1011,67 @@ def where(cond: Tensor | float, a: Tensor | float, b: Tensor | float) -> Tensor:
     )
     values = None
     if dtypes.dtype_range(dtype) is not None:
-        values = _union(ta.values, tb.values)  # type: ignore[arg-type]
+        values = _union(ta.integer_range, tb.integer_range)  # type: ignore[arg-type]
     expr = TExpr.where(tc.expr, ta.expr, tb.expr)
-    return _derived(expr, shape, dtype, (tc, ta, tb), dtypes.checked_range("where", dtype, values))
+    return _derived("where", expr, shape, dtype, (tc, ta, tb), values)
 
 
 def _union(a: dtypes.IntegerRange, b: dtypes.IntegerRange) -> dtypes.IntegerRange:
     """The range holding both ranges."""
     return (builtins.min(a[0], b[0]), builtins.max(a[1], b[1]))
+
+
+def floor_divide(a: Tensor | int, b: Tensor | int) -> Tensor:
+    """numpy.floor_divide (`a // b`) of integers: the quotient rounded toward -inf, 0 where
+    `b` is 0, wrapping around as numpy's (`iinfo.min // -1`). Exact: floor(a / b) is, for
+    integers a float holds. Of floats it is an UnsupportedError (numpy's uses fmod, which
+    eqsat lacks)."""
+    ta, tb = _integer_operands("floor_divide", a, b)
+    quotient = TExpr.unary("floor", TExpr.binary("div", ta.expr, tb.expr))
+    expr = TExpr.where(TExpr.binary("eq", tb.expr, TExpr.const(0.0)), TExpr.const(0.0), quotient)
+    largest = builtins.max(builtins.abs(ta.integer_range[0]), builtins.abs(ta.integer_range[1]))  # type: ignore[index]
+    return _integer_result("floor_divide", expr, ta, tb, (-largest, largest))
+
+
+def remainder(a: Tensor | int, b: Tensor | int) -> Tensor:
+    """numpy.remainder (`a % b`, numpy.mod) of integers: a - (a // b) * b, with the sign of
+    `b`, 0 where `b` is 0 (as numpy). Of floats it is an UnsupportedError (`floor_divide`)."""
+    ta, tb = _integer_operands("remainder", a, b)
+    quotient = TExpr.unary("floor", TExpr.binary("div", ta.expr, tb.expr))
+    rest = TExpr.binary("sub", ta.expr, TExpr.binary("mul", quotient, tb.expr))
+    expr = TExpr.where(TExpr.binary("eq", tb.expr, TExpr.const(0.0)), TExpr.const(0.0), rest)
+    largest = builtins.max(builtins.abs(tb.integer_range[0]), builtins.abs(tb.integer_range[1]))  # type: ignore[index]
+    return _integer_result("remainder", expr, ta, tb, (1 - largest, largest - 1))
+
+
+def _integer_operands(what: str, a: object, b: object) -> tuple[Tensor, Tensor]:
+    """`a` and `b` as tensors of integers (or bools): `what` of floats is refused."""
+    ta, tb = _operands(what, (a, b))
+    if ta.integer_range is None or tb.integer_range is None:
+        raise UnsupportedError(
+            f"{what}: eqsat computes it on integers only, got {ta.dtype} and {tb.dtype} (numpy's "
+            "float version rounds through fmod, which eqsat does not have); np.floor(x / y) is "
+            "close but differs where x / y rounds up to an integer"
+        )
+    return ta, tb
+
+
+def _integer_result(
+    what: str, expr: TExpr, ta: Tensor, tb: Tensor, values: dtypes.IntegerRange
+) -> Tensor:
+    """`expr` of integer operands `ta` and `tb` (`floor_divide`, `remainder`), of numpy's dtype
+    for `what`. Its steps (a / b, the quotient times b) stay exact where the operands' sum is:
+    a float64 kernel beyond 2**24."""
+    function = np.floor_divide if what == "floor_divide" else np.remainder
+    dtype = dtypes.result_dtype(what, function, _numpy_operand(ta), _numpy_operand(tb))
+    shape = shapes.broadcast(what, ta.shape, tb.shape)
+    result = _derived(what, expr, shape, dtype, (ta, tb), values)
+    steps = (ta.integer_range[0] - tb.integer_range[1], ta.integer_range[1] + tb.integer_range[1])  # type: ignore[index]
+    if dtypes.needs_float64(dtype, steps) and not result.needs_float64:
+        return Tensor(
+            result.expr, shape, dtype, integer_range=result.integer_range, needs_float64=True
+        )
+    return result
 
 
 def logical_and(a: Tensor | float, b: Tensor | float) -> Tensor:
@@ -991,19 +1097,19 @@ def logical_not(x: Tensor) -> Tensor:
 def isnan(x: Tensor) -> Tensor:
     """Elementwise: x is NaN, as bools."""
     x = _require(x, "isnan")
-    return _full(0, x.shape, "bool") if x.values is not None else x != x
+    return _full(0, x.shape, "bool") if x.integer_range is not None else x != x
 
 
 def isinf(x: Tensor) -> Tensor:
     """Elementwise: x is +inf or -inf, as bools."""
     x = _require(x, "isinf")
-    return _full(0, x.shape, "bool") if x.values is not None else abs(x) == math.inf
+    return _full(0, x.shape, "bool") if x.integer_range is not None else abs(x) == math.inf
 
 
 def isfinite(x: Tensor) -> Tensor:
     """Elementwise: x is neither NaN nor ±inf, as bools."""
     x = _require(x, "isfinite")
-    return _full(1, x.shape, "bool") if x.values is not None else abs(x) < math.inf
+    return _full(1, x.shape, "bool") if x.integer_range is not None else abs(x) < math.inf
 
 
 def _truth(x: object) -> Tensor | bool:
@@ -1101,10 +1207,9 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     b3 = _broadcast_to(b2, batch + b2.shape[-2:])
     values = None
     if dtypes.dtype_range(dtype) is not None:
-        products = _binary_range("mul", a.values, b.values)  # type: ignore[arg-type]
+        products = _binary_range("mul", a.integer_range, b.integer_range)  # type: ignore[arg-type]
         values = (k_a * products[0], k_a * products[1])
-    values = dtypes.checked_range("matmul", dtype, values)
-    result = _derived(TExpr.matmul(a3.expr, b3.expr), shape, dtype, (a, b), values)
+    result = _derived("matmul", TExpr.matmul(a3.expr, b3.expr), shape, dtype, (a, b), values)
     if a.ndim == 1:
         shape = shape[:-2] + shape[-1:]
     if b.ndim == 1:
@@ -1369,9 +1474,9 @@ def concatenate(arrays: Sequence[Tensor], axis: int = 0) -> Tensor:
         )
         values = None
         if dtypes.dtype_range(dtype) is not None:
-            values = _union(joined.values, part.values)  # type: ignore[arg-type]
+            values = _union(joined.integer_range, part.integer_range)  # type: ignore[arg-type]
         expr = TExpr.concat(joined.expr, part.expr, dim)
-        joined = _derived(expr, shape, dtype, (joined, part), values)
+        joined = _derived("concatenate", expr, shape, dtype, (joined, part), values)
     return joined
 
 
@@ -1574,7 +1679,7 @@ def norm(x: Tensor, ord: object = None, axis: Axes = None, keepdims: bool = Fals
     sqrt(sum(x * x)) over `axis` (all axes when None), of integers in float64 as numpy. Other
     `ord`s raise UnsupportedError."""
     x = _require(x, "norm")
-    if x.values is not None:
+    if x.integer_range is not None:
         x = x.astype("float64")
     dims = x.ndim if axis is None else 1 if isinstance(axis, int) else len(axis)
     if not (ord is None or (ord == 2 and dims == 1) or (ord == "fro" and dims == 2)):
@@ -1626,6 +1731,8 @@ _NUMPY_UFUNCS: dict[np.ufunc, Callable[..., Tensor]] = {
     np.subtract: partial(_binary, "sub"),
     np.multiply: partial(_binary, "mul"),
     np.divide: partial(_binary, "div"),  # also numpy.true_divide
+    np.floor_divide: floor_divide,
+    np.remainder: remainder,  # also numpy.mod
     np.power: _power_of,
     np.square: partial(_power_of, exponent=2),
     np.maximum: maximum,
@@ -1704,6 +1811,12 @@ _OPERATORS = {
     "__sub__": "-",
     "__mul__": "*",
     "__truediv__": "/",
+    "__floordiv__": "//",
+    "__mod__": "%",
+    "__and__": "&",
+    "__or__": "|",
+    "__xor__": "^",
+    "__invert__": "~",
     "__pow__": "**",
     "__matmul__": "@",
     "__neg__": "-x",
@@ -1740,7 +1853,7 @@ def supported_numpy_table() -> str:
     }
     lines = ["| kind | count | names |", "|---|---|---|"]
     for kind, names in rows.items():
-        shown = ", ".join(f"`{n}`" for n in sorted(set(names)))
+        shown = ", ".join(f"`{n}`".replace("|", "\\|") for n in sorted(set(names)))  # GFM
         lines.append(f"| {kind} | {len(set(names))} | {shown} |")
     return "\n".join(lines)
 

@@ -333,7 +333,7 @@ def test_mixing_float32_and_float64_gives_float64_as_numpy(
 ) -> None:
     tensor_ = build()
     assert tensor_.dtype == ("bool" if op in ("lt", "eq") else "float64")
-    assert tensor_.wide  # the program computes in float64
+    assert tensor_.needs_float64  # the program computes in float64
 
 
 def test_scalars_adopt_the_tensor_dtype() -> None:
@@ -706,7 +706,7 @@ def test_numpy_members_that_tensors_lack_raise_unsupported_error() -> None:
 def test_astype_keeps_a_tensor_of_its_own_dtype_and_changes_its_dtype_otherwise() -> None:
     assert x32.astype(np.float32) is x32 and x32.astype("float32") is x32
     wide = x32.astype(np.float64)
-    assert wide.dtype == "float64" and wide.wide and wide.expr is x32.expr
-    assert x32.astype(bool).dtype == "bool" and x32.astype(np.int16).values == (-32768, 32767)
+    assert wide.dtype == "float64" and wide.needs_float64 and wide.expr is x32.expr
+    assert x32.astype(bool).dtype == "bool" and x32.astype(np.int16).integer_range == (-32768, 32767)
     with pytest.raises(DTypeError, match=re.escape("astype: unsupported dtype 'complex64'")):
         x32.astype("complex64")

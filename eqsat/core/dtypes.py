@@ -6,8 +6,8 @@ of the frontend also has a *value dtype*: the dtype numpy gives the same express
 integer type, float16, float32 or float64), found by asking numpy itself (`result_dtype`).
 Integer and bool tensors carry the range of their values (`IntegerRange`); a kernel holds them
 exactly because integers up to 2**24 in magnitude are exact in float32 and up to 2**53 in
-float64, and an integer result that could leave its dtype's range (where numpy wraps around)
-or 2**53 is refused when the expression is built (`checked_range`).
+float64. An integer result that could leave its dtype is wrapped around as numpy does, and one
+that could exceed 2**53 is refused when the expression is built (`overflow`).
 
 A program computes in float64 when one of its tensors needs it (`needs_float64`: a float64
 value, or integers beyond 2**24), else in float32 (ARCHITECTURE §9 states the contract).
@@ -84,22 +84,27 @@ def result_dtype(what: str, function: Callable[..., Any], *operands: str | float
     return np.asarray(result).dtype.name
 
 
-def checked_range(what: str, dtype: str, values: IntegerRange | None) -> IntegerRange | None:
-    """`values` for a result of integer or bool `dtype` (None for a float result), or an
-    UnsupportedError naming `what` when they could leave the dtype (numpy would wrap around)
-    or exceed 2**53 (no float holds them exactly)."""
+def overflow(what: str, dtype: str, values: IntegerRange) -> str:
+    """How a result of integer or bool `dtype` whose values may reach `values` is held:
+    "exact" (they fit the dtype), "wrap" (numpy wraps them around: they are computed exactly,
+    then wrapped, `frontend._wrapped`), "clamp" (bools: True + True is True). An
+    UnsupportedError naming `what` when they could exceed 2**53 (no float holds them exactly)
+    or a 64-bit dtype (whose wraparound is beyond 2**53 too)."""
     limits = dtype_range(dtype)
-    if limits is None:
-        return None
-    assert values is not None, f"{what}: an integer result needs its range"
+    assert limits is not None, f"{what}: {dtype} is not an integer dtype"
     if limits[0] <= values[0] and values[1] <= limits[1]:
-        return values
+        return "exact"
+    if dtype == "bool":
+        return "clamp"
+    limit = EXACT_INTEGERS["float64"]
+    if np.dtype(dtype).itemsize < 8 and -limit <= values[0] and values[1] <= limit:
+        return "wrap"
     reach = values[0] if values[0] < limits[0] else values[1]
     raise UnsupportedError(
-        f"{what}: the {dtype} result could reach {reach}"
-        f", outside [{limits[0]}, {limits[1]}] (numpy's {dtype} wraps around; eqsat computes "
-        "integers exactly in floating point and refuses results that may overflow): cast an "
-        "operand first, e.g. x.astype(np.float64)"
+        f"{what}: the {dtype} result could reach {reach}, outside [{limits[0]}, {limits[1]}]; "
+        "eqsat computes integers exactly in floating point, which holds them up to 2**53 "
+        "(numpy's int64 wraps around at 2**63): cast an operand first, e.g. "
+        "x.astype(np.float64)"
     )
 
 
