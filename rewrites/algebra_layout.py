@@ -8,6 +8,9 @@ Slices are pushed toward the inputs through elementwise ops and matmuls, so that
 elements kept are computed: `(A @ B)[:10]` multiplies ten rows of A, `exp(x)[::2]` takes the
 exponential of every second element. A slice is (starts, steps, extents), one each per
 dimension (`TExpr.slice`).
+
+Elementwise ops move into the parts of a concatenation, so each part's op can fuse with what
+computes that part: `relu(concatenate([A @ W, B @ V]))` relus each product in its own nest.
 """
 
 from __future__ import annotations
@@ -50,6 +53,11 @@ def scalar_left(x: TExpr) -> list[FactLike]:
 def scalar_right(y: TExpr) -> list[FactLike]:
     """y has rank 0."""
     return is_scalar(y)
+
+
+def scalar_constant(c: TExpr) -> list[FactLike]:
+    """c has rank 0."""
+    return is_scalar(c)
 
 
 def shape_of_right(y: TExpr, s: Vec[i64]) -> list[FactLike]:
@@ -229,4 +237,46 @@ SLICES = (
     ),
 )
 
-IDENTITIES = TRANSPOSE + RESHAPE_BROADCAST + SLICES
+
+def aligned_parts(x: TExpr, u: TExpr) -> list[FactLike]:
+    """x and u have one shape: two concatenations along one axis split at one place."""
+    return same_shape(x, u)
+
+
+CONCATENATED = {"op": String, "x": TExpr, "y": TExpr, "d": i64}  # concat(x, y, d) and an op
+
+CONCATS = (
+    Identity(
+        "concat-unary",
+        "f(concat(x, y, d)) -> concat(f(x), f(y), d)",
+        CONCATENATED,
+        lambda op, x, y, d: TExpr.unary(op, TExpr.concat(x, y, d)),
+        lambda op, x, y, d: TExpr.concat(TExpr.unary(op, x), TExpr.unary(op, y), d),
+    ),
+    Identity(
+        "concat-binary",
+        "concat(x, y, d) ∘ concat(u, v, d) -> concat(x ∘ u, y ∘ v, d) (x, u of one shape)",
+        {**CONCATENATED, "u": TExpr, "v": TExpr},
+        lambda op, x, y, u, v, d: TExpr.binary(op, TExpr.concat(x, y, d), TExpr.concat(u, v, d)),
+        lambda op, x, y, u, v, d: TExpr.concat(TExpr.binary(op, x, u), TExpr.binary(op, y, v), d),
+        guard=(aligned_parts,),
+    ),
+    Identity(
+        "concat-binary-scalar-right",
+        "concat(x, y, d) ∘ c -> concat(x ∘ c, y ∘ c, d) (c of rank 0)",
+        {**CONCATENATED, "c": TExpr},
+        lambda op, x, y, c, d: TExpr.binary(op, TExpr.concat(x, y, d), c),
+        lambda op, x, y, c, d: TExpr.concat(TExpr.binary(op, x, c), TExpr.binary(op, y, c), d),
+        guard=(scalar_constant,),
+    ),
+    Identity(
+        "concat-binary-scalar-left",
+        "c ∘ concat(x, y, d) -> concat(c ∘ x, c ∘ y, d) (c of rank 0)",
+        {**CONCATENATED, "c": TExpr},
+        lambda op, x, y, c, d: TExpr.binary(op, c, TExpr.concat(x, y, d)),
+        lambda op, x, y, c, d: TExpr.concat(TExpr.binary(op, c, x), TExpr.binary(op, c, y), d),
+        guard=(scalar_constant,),
+    ),
+)
+
+IDENTITIES = TRANSPOSE + RESHAPE_BROADCAST + SLICES + CONCATS
