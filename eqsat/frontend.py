@@ -695,10 +695,40 @@ def _binary(op: str, a: object, b: object, what: str | None = None) -> Tensor:
     ta, tb = _operands(what, (a, b))
     shape = shapes.broadcast(what, ta.shape, tb.shape)
     dtype = dtypes.result_dtype(what, _NUMPY_BINARY[op], _numpy_operand(ta), _numpy_operand(tb))
-    values = None
+    expr, values = TExpr.binary(op, ta.expr, tb.expr), None
     if dtypes.dtype_range(dtype) is not None:
         values = _binary_range(op, ta.integer_range, tb.integer_range)  # type: ignore[arg-type]
-    return _derived(what, TExpr.binary(op, ta.expr, tb.expr), shape, dtype, (ta, tb), values)
+        limit = dtypes.EXACT_INTEGERS["float64"]
+        if (
+            op == "mul"
+            and np.dtype(dtype).itemsize <= 4
+            and not -limit <= values[0] <= values[1] <= limit
+        ):
+            expr, values = _split_product(ta, tb)
+    return _derived(what, expr, shape, dtype, (ta, tb), values)
+
+
+def _split_product(ta: Tensor, tb: Tensor) -> tuple[TExpr, dtypes.IntegerRange]:
+    """a * b for integers of at most 32 bits whose product may pass 2**53, congruent to it
+    modulo 2**32 and exact in float64 (`_derived` then wraps it as numpy): with
+    a = high * 2**16 + low, a * b = (high * b mod 2**16) * 2**16 + low * b (mod 2**32), every
+    step under 2**49. Returns the term and its range."""
+    half = 2.0**16
+
+    def floor_div(x: TExpr) -> TExpr:
+        return TExpr.unary("floor", TExpr.binary("mul", x, TExpr.const(1.0 / half)))
+
+    def times(x: TExpr, y: TExpr) -> TExpr:
+        return TExpr.binary("mul", x, y)
+
+    high = floor_div(ta.expr)
+    low = TExpr.binary("sub", ta.expr, times(high, TExpr.const(half)))
+    high_b = times(high, tb.expr)
+    high_b_low = TExpr.binary("sub", high_b, times(floor_div(high_b), TExpr.const(half)))
+    total = TExpr.binary("add", times(high_b_low, TExpr.const(half)), times(low, tb.expr))
+    least, greatest = tb.integer_range  # type: ignore[misc]
+    top = int(half) - 1
+    return total, (top * builtins.min(least, 0), top * int(half) + top * builtins.max(greatest, 0))
 
 
 def _binary_range(op: str, a: dtypes.IntegerRange, b: dtypes.IntegerRange) -> Any:
