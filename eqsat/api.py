@@ -10,7 +10,7 @@ import math
 import random
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypedDict
 
 from egglog import EGraph
@@ -31,7 +31,7 @@ from eqsat.core.terms import Arg, LoopProgram, Term, to_egglog, to_term
 from eqsat.extract.extractor import NodeCost, SerializedGraph
 from eqsat.extract.loop_cost import Estimate, LoopCost
 from eqsat.extract.machine import Machine, cpu_model
-from eqsat.extract.tensor_cost import TensorCost
+from eqsat.extract.tensor_cost import TensorCost, roofline_seconds
 from eqsat.frontend import Tensor
 from eqsat.rewrites.algebra import IDENTITIES as ALGEBRA_IDENTITIES
 from eqsat.rewrites.algebra import algebra_rules
@@ -58,6 +58,12 @@ ALGEBRA_SLACK = 2.0
 # 10k e-nodes, 4 candidates found the same nests as 1, in 3-5x the time (docs/MEASUREMENTS.md).
 CANDIDATES_UP_TO_NODES = 5_000
 
+
+# A kernel whose roofline time (`roofline_seconds`) is under this is small: its loop stage stops
+# at `Limits.small_kernel_nodes`, since a longer search can save microseconds a call and costs
+# up to a second and a half of compile time. At 1 ms, two sweep shapes of 0.3-0.9 ms ran
+# 1.4-1.9x slower (docs/MEASUREMENTS.md).
+SMALL_KERNEL_SECONDS = 1e-4
 
 # Spreads (sigma of the log) of the random factors of perturbed extractions (`candidates`).
 PERTURBATION_SPREADS = (0.3, 1.0, 3.0)
@@ -98,6 +104,8 @@ class Optimized:
     # converted from and to `program.dtype` at the kernel's boundary
     input_dtypes: tuple[str, ...]
     output_dtypes: tuple[str, ...]
+    # the loop stage's node budget when it was `Limits.small_kernel_nodes` (a small kernel)
+    small_kernel_nodes: int | None = None
 
     @property
     def cost(self) -> float:
@@ -201,6 +209,14 @@ class Optimized:
             "chosen:  " + self.expr,
             self._numerics(),
             *(stage.summary() for stage in self.stages),
+            *(
+                [
+                    f"  loop stage budget: {self.small_kernel_nodes:,} e-nodes (a small kernel: "
+                    f"its roofline time is under {SMALL_KERNEL_SECONDS * 1e3:g} ms)"
+                ]
+                if self.small_kernel_nodes is not None
+                else []
+            ),
             *(
                 f"  form scheduled: {form}  -> {cycles:,.0f} cycles"
                 for form, cycles in self.forms
@@ -364,6 +380,7 @@ class _Scheduled:
 
     form: list[Term]
     canonical: LoopProgram
+    small_kernel_nodes: int | None  # the loop stage's budget, when reduced for a small kernel
     extracted: Term  # the nest extraction chose
     body: Term  # `extracted` after row-block fusion, before `after_extraction`
     estimate: Estimate  # of `body`
@@ -372,10 +389,25 @@ class _Scheduled:
     graph: SerializedGraph
 
 
+def _small_kernel_nodes(
+    form: list[Term], machine: Machine, dtype: str, limits: Limits
+) -> int | None:
+    """The loop stage's node budget for `form` when it is a small kernel (`SMALL_KERNEL_SECONDS`)
+    and `limits.small_kernel_nodes` is below `limits.nodes`; else None."""
+    small = limits.small_kernel_nodes
+    if small is None or small >= limits.nodes:
+        return None
+    roofline = roofline_seconds(form, machine, 4 if dtype == "float32" else 8)
+    return small if roofline < SMALL_KERNEL_SECONDS else None
+
+
 def _schedule_loops(
     form: list[Term], written: list[Term], machine: Machine, limits: Limits, progress: Progress
 ) -> _Scheduled:
     canonical = lower(form, written=written)
+    small = _small_kernel_nodes(form, machine, canonical.dtype, limits)
+    if small is not None:
+        limits = replace(limits, nodes=small)
     egraph, report = schedule(
         canonical.body, machine, canonical.dtype, limits, progress=progress.iteration
     )
@@ -400,6 +432,7 @@ def _schedule_loops(
     return _Scheduled(
         form=form,
         canonical=canonical,
+        small_kernel_nodes=small,
         extracted=extracted,
         body=body,
         estimate=cost.estimate(body),
@@ -463,6 +496,7 @@ def optimize(
         estimate=best.estimate,
         canonical_cost=best.canonical_cost,
         stages=(algebra_report, best.report),
+        small_kernel_nodes=best.small_kernel_nodes,
         machine=machine,
         forms=tuple(
             ("; ".join(format_tensor(t) for t in c.form), c.estimate.cycles) for c in scheduled

@@ -25,6 +25,7 @@ from eqsat.core import shapes
 from eqsat.core.shapes import Shape
 from eqsat.core.terms import Arg, Term
 from eqsat.extract.loop_cost import BINARY_CYCLES, UNARY_CYCLES
+from eqsat.extract.machine import Machine
 
 BYTE_WEIGHT = 2.0**-32
 LAYOUT_OPS = (
@@ -81,3 +82,28 @@ class TensorCost:
             )
             self._shapes[term] = shapes.infer(Term(term.op, shallow))
         return self._shapes[term]
+
+
+def roofline_seconds(roots: Sequence[Term], machine: Machine, bytes_per_element: int) -> float:
+    """The time of the work of a kernel computing `roots` on `machine`'s cores: its flops
+    (`TensorCost.work`, each distinct node once, a math function at its cycle cost) at the
+    calibrated peak, or its inputs and outputs through DRAM, whichever is longer; 0 for an
+    uncalibrated machine."""
+    calibration = machine.calibration
+    if calibration is None:
+        return 0.0
+    cost = TensorCost(bytes_per_element)
+    flops, seen, pending = 0.0, set(), list(roots)
+    while pending:
+        node = pending.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        flops += cost.work(node.op, node.args)[0]
+        pending.extend(arg for arg in node.args if isinstance(arg, Term))
+    dtype = "float32" if bytes_per_element == 4 else "float64"
+    elements = sum(math.prod(shapes.infer(t)) for t in {*seen} if t.op == "TExpr.input")
+    elements += sum(math.prod(shapes.infer(root)) for root in roots)
+    peak = calibration.peak_flops[dtype][machine.cores]
+    bandwidth = calibration.bandwidth["DRAM"][machine.cores]
+    return max(flops / peak, bytes_per_element * elements / bandwidth)

@@ -707,6 +707,7 @@ def test_astype_keeps_a_tensor_of_its_own_dtype_and_changes_its_dtype_otherwise(
     assert x32.astype(np.float32) is x32 and x32.astype("float32") is x32
     wide = x32.astype(np.float64)
     assert wide.dtype == "float64" and wide.needs_float64 and wide.expr is x32.expr
-    assert x32.astype(bool).dtype == "bool" and x32.astype(np.int16).integer_range == (-32768, 32767)
+    assert x32.astype(bool).dtype == "bool"
+    assert x32.astype(np.int16).integer_range == (-32768, 32767)
     with pytest.raises(DTypeError, match=re.escape("astype: unsupported dtype 'complex64'")):
         x32.astype("complex64")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 import eqsat
+from eqsat.core.saturate import Limits
 from tests.machines import PINNED
 from tests.programs import Program, assert_close, programs, reference
 
@@ -260,3 +263,23 @@ def test_matmul_of_unit_dimensions_vectorizes_nothing_it_cannot() -> None:
     for isa in ("avx512", "avx2"):
         kernel = eqsat.compile(v0 @ v1, isa=isa)
         assert_close(kernel(a, b), a.astype(np.float64) @ b, "float32")
+
+
+def test_a_small_kernel_searches_a_smaller_loop_e_graph() -> None:
+    """Below api.SMALL_KERNEL_SECONDS of work, the loop stage stops at small_kernel_nodes; a
+    larger kernel, or small_kernel_nodes=None, keeps the whole budget."""
+    budget = Limits(nodes=20_000, small_kernel_nodes=1_000, seconds=60, extraction_seconds=60)
+    small = eqsat.softmax(eqsat.tensor("s", (16, 64)), -1)
+    large = eqsat.softmax(eqsat.tensor("s", (4096, 4096)), -1)
+    reduced = eqsat.optimize(small, machine=PINNED, limits=budget, progress=False)
+    assert reduced.small_kernel_nodes == 1_000 and reduced.stages[1].nodes <= 1_000
+    assert "loop stage budget: 1,000 e-nodes (a small kernel" in reduced.report()
+    whole = eqsat.optimize(
+        small, machine=PINNED, limits=replace(budget, small_kernel_nodes=None), progress=False
+    )
+    assert whole.small_kernel_nodes is None and whole.stages[1].nodes > 1_000
+    assert "loop stage budget" not in whole.report()
+    assert (
+        eqsat.optimize(large, machine=PINNED, limits=budget, progress=False).small_kernel_nodes
+        is None
+    )
