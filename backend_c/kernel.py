@@ -319,18 +319,8 @@ class Kernel:
         another (its dtype, shape and range checked first); `_checked` does the rest."""
         if spec.dtype == self._dtype:
             return value
-        if not isinstance(value, np.ndarray):
-            raise ArgumentError(
-                f"input {spec.name!r} must be a numpy ndarray, got {type(value).__name__}"
-            )
         expected = np.dtype(spec.dtype)
-        if value.dtype.kind != expected.kind or value.dtype.itemsize != expected.itemsize:
-            raise DTypeError(
-                f"input {spec.name!r} has dtype {value.dtype}, expected {expected} "
-                "(inputs are not cast)"
-            )
-        if value.shape != spec.shape:
-            raise ShapeError(f"input {spec.name!r} has shape {value.shape}, expected {spec.shape}")
+        _require_array(spec, value, expected)
         if expected.kind in "iu" and dtypes.exceeds_exact(value, self._dtype):
             raise InexactInputError(
                 f"input {spec.name!r} ({value.dtype}) holds a value beyond "
@@ -343,21 +333,27 @@ class Kernel:
         """Return `value` as a dense, aligned, native-order array, copying only when needed
         (`__call__` passes the common case without calling this)."""
         expected = self._numpy_dtype
-        if not isinstance(value, np.ndarray):
-            raise ArgumentError(
-                f"input {spec.name!r} must be a numpy ndarray, got {type(value).__name__}"
-            )
-        if value.dtype.kind != expected.kind or value.dtype.itemsize != expected.itemsize:
-            raise DTypeError(
-                f"input {spec.name!r} has dtype {value.dtype}, expected {expected} "
-                "(inputs are not cast)"
-            )
-        if value.shape != spec.shape:
-            raise ShapeError(f"input {spec.name!r} has shape {value.shape}, expected {spec.shape}")
+        _require_array(spec, value, expected)
         flags = value.flags
         if flags.c_contiguous and flags.aligned and value.dtype.isnative:
             return value
         return np.array(value, dtype=expected, order="C")
+
+
+def _require_array(spec: TensorSpec, value: Any, expected: np.dtype) -> None:
+    """ArgumentError unless `value` is an ndarray, DTypeError unless of dtype `expected` (any
+    byte order), ShapeError unless of `spec`'s shape: each names the input."""
+    if not isinstance(value, np.ndarray):
+        raise ArgumentError(
+            f"input {spec.name!r} must be a numpy ndarray, got {type(value).__name__}"
+        )
+    if value.dtype.kind != expected.kind or value.dtype.itemsize != expected.itemsize:
+        raise DTypeError(
+            f"input {spec.name!r} has dtype {value.dtype}, expected {expected} "
+            "(inputs are not cast)"
+        )
+    if value.shape != spec.shape:
+        raise ShapeError(f"input {spec.name!r} has shape {value.shape}, expected {spec.shape}")
 
 
 def kernel_entry(

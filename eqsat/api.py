@@ -31,7 +31,7 @@ from eqsat.core.terms import Arg, LoopProgram, Term, to_egglog, to_term
 from eqsat.extract.extractor import NodeCost, SerializedGraph
 from eqsat.extract.loop_cost import Estimate, LoopCost
 from eqsat.extract.machine import Machine, cpu_model
-from eqsat.extract.tensor_cost import TensorCost, roofline_seconds
+from eqsat.extract.tensor_cost import TensorCost, roofline_seconds, work_flops
 from eqsat.frontend import Tensor
 from eqsat.rewrites.algebra import IDENTITIES as ALGEBRA_IDENTITIES
 from eqsat.rewrites.algebra import algebra_rules
@@ -255,10 +255,11 @@ class Optimized:
             f"{level} {_bytes(amount)}"
             for level, amount in zip(("L1", "L2", "L3"), estimate.traffic, strict=True)
         )
+        gflop = work_flops(self.chosen) / 1e9
         lines = [
             f"predicted: {self.cost:,.0f} cycles = {self.cost / clock * 1e3:.3g} ms at "
             f"{clock / 1e9:.2f} GHz (canonical nest: {self.canonical_cost:,.0f} cycles)",
-            f"  work {_work(self.chosen) / 1e9:.3g} Gflop; compute {estimate.compute:,.0f} cycles "
+            f"  work {gflop:.3g} Gflop; compute {estimate.compute:,.0f} cycles "
             f"a core; bytes fetched into {fetched}; overheads {estimate.overhead:,.0f} cycles "
             f"(parallel starts) + {estimate.first_touch:,.0f} (page faults of temporaries)",
         ]
@@ -297,20 +298,6 @@ def _bytes(amount: float) -> str:
         if amount >= size:
             return f"{amount / size:.3g} {unit}"
     return f"{amount:.0f} B"
-
-
-def _work(roots: Sequence[Term]) -> float:
-    """Flops of tensor terms, each shared sub-term once (`TensorCost.work`: a math function
-    counts as many flops as the cycles it costs)."""
-    cost, seen, pending, flops = TensorCost(), set(), list(roots), 0.0
-    while pending:
-        term = pending.pop()
-        if term in seen:
-            continue
-        seen.add(term)
-        flops += cost.work(term.op, term.args)[0]
-        pending.extend(arg for arg in term.args if isinstance(arg, Term))
-    return flops
 
 
 def _outputs(outputs: Tensor | Sequence[Tensor]) -> tuple[list[Tensor], bool]:

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, SupportsFloat, TypeGuard
 import numpy as np
 from egglog import get_callable_args, get_callable_fn
 
-from eqsat.core import dtypes, shapes
+from eqsat.core import dtypes, interp, shapes
 from eqsat.core.errors import (
     ArgumentError,
     DTypeError,
@@ -633,41 +633,10 @@ def _full(value: int | float, shape: Shape, dtype: str) -> Tensor:
     return Tensor(expr, shape, dtype, integer_range=values)
 
 
-# numpy's function of each elementwise op: it gives the op's result dtype (`_unary`, `_binary`)
-_NUMPY_UNARY: dict[str, Callable[..., Any]] = {
-    "exp": np.exp,
-    "log": np.log,
-    "sqrt": np.sqrt,
-    "tanh": np.tanh,
-    "erf": np.exp,  # a float function, as exp
-    "sigmoid": np.exp,
-    "relu": lambda x: np.maximum(x, 0),
-    "abs": np.absolute,
-    "neg": np.negative,
-    "log1p": np.log1p,
-    "expm1": np.expm1,
-    "sin": np.sin,
-    "cos": np.cos,
-    "sign": np.sign,
-    "floor": np.floor,
-    "ceil": np.ceil,
-    "rint": np.rint,
-    "trunc": np.trunc,
-}
-_NUMPY_BINARY: dict[str, Callable[..., Any]] = {
-    "add": np.add,
-    "sub": np.subtract,
-    "mul": np.multiply,
-    "div": np.divide,
-    "max": np.maximum,
-    "min": np.minimum,
-    "lt": np.less,
-    "le": np.less_equal,
-    "gt": np.greater,
-    "ge": np.greater_equal,
-    "eq": np.equal,
-    "ne": np.not_equal,
-}
+# numpy's function of each elementwise op, whose result dtype is the op's (`_unary`, `_binary`):
+# the interpreter's; erf, which numpy lacks, takes exp's rule (the interpreter's keeps its
+# argument's dtype, and only floats reach it there)
+_NUMPY_UNARY: dict[str, Callable[..., Any]] = {**interp.UNARY, "erf": np.exp}
 
 
 def _unary(op: str, x: object) -> Tensor:
@@ -694,7 +663,7 @@ def _binary(op: str, a: object, b: object, what: str | None = None) -> Tensor:
     what = what or op
     ta, tb = _operands(what, (a, b))
     shape = shapes.broadcast(what, ta.shape, tb.shape)
-    dtype = dtypes.result_dtype(what, _NUMPY_BINARY[op], _numpy_operand(ta), _numpy_operand(tb))
+    dtype = dtypes.result_dtype(what, interp.BINARY[op], _numpy_operand(ta), _numpy_operand(tb))
     expr, values = TExpr.binary(op, ta.expr, tb.expr), None
     if dtypes.dtype_range(dtype) is not None:
         values = _binary_range(op, ta.integer_range, tb.integer_range)  # type: ignore[arg-type]
@@ -1785,7 +1754,7 @@ _NUMPY_UFUNCS: dict[np.ufunc, Callable[..., Tensor]] = {
     np.bitwise_and: partial(_logical_operator, "&", logical_and),
     np.bitwise_or: partial(_logical_operator, "|", logical_or),
     np.bitwise_xor: partial(_logical_operator, "^", logical_xor),
-    np.invert: lambda x: _logical_operator("~", lambda y, _: logical_not(y), x, True),
+    np.invert: Tensor.__invert__,  # also numpy.bitwise_not
 }
 
 

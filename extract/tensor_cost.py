@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from eqsat.core import shapes
 from eqsat.core.shapes import Shape
-from eqsat.core.terms import Arg, Term
+from eqsat.core.terms import Arg, Term, subterms
 from eqsat.extract.loop_cost import BINARY_CYCLES, UNARY_CYCLES
 from eqsat.extract.machine import Machine
 
@@ -84,26 +84,23 @@ class TensorCost:
         return self._shapes[term]
 
 
+def work_flops(roots: Sequence[Term]) -> float:
+    """Flops of tensor terms, each shared sub-term once (`TensorCost.work`: a math function
+    counts as many flops as the cycles it costs)."""
+    cost = TensorCost()
+    return sum(cost.work(t.op, t.args)[0] for t in subterms(roots) if isinstance(t, Term))
+
+
 def roofline_seconds(roots: Sequence[Term], machine: Machine, bytes_per_element: int) -> float:
     """The time of the work of a kernel computing `roots` on `machine`'s cores: its flops
-    (`TensorCost.work`, each distinct node once, a math function at its cycle cost) at the
-    calibrated peak, or its inputs and outputs through DRAM, whichever is longer; 0 for an
-    uncalibrated machine."""
+    (`work_flops`) at the calibrated peak, or its inputs and outputs through DRAM, whichever is
+    longer; 0 for an uncalibrated machine."""
     calibration = machine.calibration
     if calibration is None:
         return 0.0
-    cost = TensorCost(bytes_per_element)
-    flops, seen, pending = 0.0, set(), list(roots)
-    while pending:
-        node = pending.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        flops += cost.work(node.op, node.args)[0]
-        pending.extend(arg for arg in node.args if isinstance(arg, Term))
     dtype = "float32" if bytes_per_element == 4 else "float64"
-    elements = sum(math.prod(shapes.infer(t)) for t in {*seen} if t.op == "TExpr.input")
-    elements += sum(math.prod(shapes.infer(root)) for root in roots)
+    inputs = [t for t in subterms(roots) if isinstance(t, Term) and t.op == "TExpr.input"]
+    elements = sum(math.prod(shapes.infer(t)) for t in [*inputs, *roots])
     peak = calibration.peak_flops[dtype][machine.cores]
     bandwidth = calibration.bandwidth["DRAM"][machine.cores]
-    return max(flops / peak, bytes_per_element * elements / bandwidth)
+    return max(work_flops(roots) / peak, bytes_per_element * elements / bandwidth)
