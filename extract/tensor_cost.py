@@ -101,6 +101,6 @@ def roofline_seconds(roots: Sequence[Term], machine: Machine, bytes_per_element:
     dtype = "float32" if bytes_per_element == 4 else "float64"
     inputs = [t for t in subterms(roots) if isinstance(t, Term) and t.op == "TExpr.input"]
     elements = sum(math.prod(shapes.infer(t)) for t in [*inputs, *roots])
-    peak = calibration.peak_flops[dtype][machine.cores]
-    bandwidth = calibration.bandwidth["DRAM"][machine.cores]
+    flops, dram = calibration.peak_flops[dtype], calibration.bandwidth["DRAM"]
+    peak, bandwidth = flops[max(flops)], dram[max(dram)]  # on all the cores measured
     return max(work_flops(roots) / peak, bytes_per_element * elements / bandwidth)

@@ -162,6 +162,23 @@ def test_masks_and_indices_at_every_isa(isa: str) -> None:
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+def test_wrapping_integers_at_every_isa(isa: str) -> None:
+    """The wraparound (floor and multiplies), floor division and the 16-bit split product in
+    vector bodies, tails and scalar code: numpy's int32 values bit for bit."""
+    i, b = eqsat.tensor("i", SHAPE, "int32"), eqsat.tensor("b", SHAPE, "int8")
+    rng = np.random.default_rng(4)
+    arrays = {"i": draw("i", rng), "b": draw("b", rng)}
+    outputs = [i + i * 3, i // b, i % b, i * i.T.reshape(SHAPE), -(b * b)]
+    kernel = eqsat.compile(outputs, isa=isa, limits=LIMITS, progress=False, cache=False)
+    x, y = arrays["i"], arrays["b"]
+    with np.errstate(all="ignore"):
+        want = [x + x * 3, x // y, x % y, x * x.T.reshape(SHAPE), -(y * y)]
+    for got, expected in zip(kernel(**arrays), want, strict=True):
+        assert got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+
+
 REFUSED: list[tuple[str, Callable[..., Any], str]] = [
     ("int32 * uint32 is int64", lambda i: i * i.astype(np.uint32), "mul: the int64 result could"),
     ("int64 + int64", lambda q: q + q, "add: the int64 result could reach"),
