@@ -67,6 +67,7 @@ _PUBLIC = {
         [
             "Tensor",
             "abs",
+            "arange",
             "array_split",
             "ceil",
             "clip",
@@ -116,6 +117,8 @@ _PUBLIC = {
             "tensor",
             "tile",
             "transpose",
+            "tril",
+            "triu",
             "trunc",
             "var",
             "where",

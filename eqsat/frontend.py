@@ -44,6 +44,7 @@ from eqsat.core.terms import COMPARE_OPS, TExpr, to_term
 __all__ = [
     "Tensor",
     "abs",
+    "arange",
     "array_split",
     "ceil",
     "clip",
@@ -93,6 +94,8 @@ __all__ = [
     "tensor",
     "tile",
     "transpose",
+    "tril",
+    "triu",
     "trunc",
     "var",
     "where",
@@ -513,12 +516,31 @@ def _require(value: object, what: str) -> Tensor:
 
 
 def _refuse_array(what: str, value: object) -> None:
-    """An UnsupportedError naming `what` if `value` is a numpy array: arrays are inputs only."""
+    """An UnsupportedError naming `what` if `value` is a numpy array: arrays are inputs only
+    (but `_arange_constant`'s)."""
     if isinstance(value, np.ndarray):
         raise UnsupportedError(
             f"{what}: cannot capture a numpy array of shape {value.shape} as a constant; "
-            "pass it as an input (eqsat.tensor, or an argument of the @eqsat.jit function)"
+            "pass it as an input (eqsat.tensor, or an argument of the @eqsat.jit function); "
+            "the one constant array eqsat holds is np.arange(n), reshaped: build masks from "
+            "eqsat.arange (eqsat.arange(n)[:, None] >= eqsat.arange(n): numpy computes "
+            "np.arange(n)[:, None] >= np.arange(n) before eqsat sees it)"
         )
+
+
+def _arange_constant(value: object) -> Tensor | None:
+    """An integer numpy array holding 0, 1, ..., size - 1 in order (np.arange(n), reshaped:
+    `np.arange(n)[:, None]`) as `arange(size)` of its shape and dtype; else None."""
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "iu" or not value.size:
+        return None
+    if value.dtype.name not in dtypes.INPUT_DTYPES:
+        return None
+    if not np.array_equal(value.ravel(), np.arange(value.size)):
+        return None
+    positions = arange(value.size)
+    values = (0, value.size - 1)
+    typed = Tensor(positions.expr, positions.shape, value.dtype.name, integer_range=values)
+    return _reshape(typed, value.shape)
 
 
 def _is_scalar(value: object) -> TypeGuard[SupportsFloat]:
@@ -541,6 +563,8 @@ def _operands(what: str, values: Sequence[object]) -> list[Tensor]:
             result.append(value)
         elif _is_scalar(value):
             result.append(_constant(value))
+        elif (positions := _arange_constant(value)) is not None:
+            result.append(positions)
         else:
             _refuse_array(what, value)
             raise TypeError(
@@ -1018,6 +1042,47 @@ def where(cond: Tensor | float, a: Tensor | float, b: Tensor | float) -> Tensor:
 def _union(a: dtypes.IntegerRange, b: dtypes.IntegerRange) -> dtypes.IntegerRange:
     """The range holding both ranges."""
     return (builtins.min(a[0], b[0]), builtins.max(a[1], b[1]))
+
+
+def arange(start: int, stop: int | None = None, step: int = 1) -> Tensor:
+    """numpy.arange of integers: start, start + step, ... before stop (`arange(n)`: 0 to
+    n - 1), an int64 tensor. It requires: at least one value (tensors are never empty)."""
+    if stop is None:
+        start, stop = 0, start
+    if not all(_is_index(v) for v in (start, stop, step)) or step == 0:
+        raise ArgumentError(
+            f"arange: eqsat takes integer start, stop and a nonzero step, got "
+            f"{(start, stop, step)}; for floats write eqsat.arange(n) * step + start"
+        )
+    count = len(range(int(start), int(stop), int(step)))
+    if count == 0:
+        raise ShapeError(f"arange({start}, {stop}, {step}) is empty; eqsat tensors are never empty")
+    positions = Tensor(TExpr.arange(count), (count,), "int64", integer_range=(0, count - 1))
+    return positions * int(step) + int(start) if (start, step) != (0, 1) else positions
+
+
+def tril(x: Tensor, k: int = 0) -> Tensor:
+    """numpy.tril: `x` with the elements above diagonal `k` of its last two axes zeroed (0
+    of its dtype)."""
+    return _triangle("tril", x, k)
+
+
+def triu(x: Tensor, k: int = 0) -> Tensor:
+    """numpy.triu: `x` with the elements below diagonal `k` of its last two axes zeroed."""
+    return _triangle("triu", x, k)
+
+
+def _triangle(what: str, x: object, k: int) -> Tensor:
+    """`x` where column - row <= k (tril) or >= k (triu) in its last two axes, else 0."""
+    x = _require(x, what)
+    if x.ndim < 2:
+        raise ShapeError(f"{what}: needs at least two dimensions, got shape {x.shape}")
+    if not _is_index(k):
+        raise ArgumentError(f"{what}: k must be an int, got {k!r}")
+    rows, columns = x.shape[-2:]
+    offset = arange(columns).reshape(1, columns) - arange(rows).reshape(rows, 1)
+    keep = offset <= int(k) if what == "tril" else offset >= int(k)
+    return where(keep, x, _full(0, (), x.dtype))
 
 
 def floor_divide(a: Tensor | int, b: Tensor | int) -> Tensor:
@@ -1802,6 +1867,8 @@ _NUMPY_FUNCTIONS: dict[Callable[..., Any], _NumpyFunction] = {
     np.tile: _NumpyFunction(tile, 2),
     np.repeat: _NumpyFunction(repeat, 3, frozenset({"axis"})),
     np.linalg.norm: _NumpyFunction(norm, 3, frozenset({"ord", "axis", "keepdims"})),
+    np.tril: _NumpyFunction(tril, 2, frozenset({"k"})),
+    np.triu: _NumpyFunction(triu, 2, frozenset({"k"})),
 }
 
 # Python operators of Tensor (its dunder methods) as a user writes them.

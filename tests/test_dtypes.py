@@ -273,6 +273,20 @@ def _masked_softmax(scores: Any, mask: Any) -> Any:
     return e / e.sum(axis=1, keepdims=True)
 
 
+def _cross_entropy(logits: Any, labels: Any) -> Any:
+    onehot = labels[:, None] == np.arange(logits.shape[1])  # np.arange: eqsat's arange
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return -np.where(onehot, log_p, 0).sum(axis=1).mean()
+
+
+def _causal_scores(scores: Any) -> Any:
+    rows, columns = scores.shape
+    arange = eqsat.arange if isinstance(scores, eqsat.Tensor) else np.arange
+    causal = arange(rows)[:, None] >= arange(columns)
+    return _masked_softmax(scores, causal)
+
+
 # everyday code with masks, labels and half floats, through @eqsat.jit: name -> (function,
 # its arguments' dtypes); every array is SHAPE but labels, one per row
 EVERYDAY: dict[str, tuple[Callable[..., Any], list[str]]] = {
@@ -288,6 +302,9 @@ EVERYDAY: dict[str, tuple[Callable[..., Any], list[str]]] = {
     "true positives": (lambda p, t: ((p > 0.5) & t).sum(), ["float32", "bool"]),
     "half-precision layer": (lambda x, w: np.maximum(x @ w.T, 0), ["float16", "float16"]),
     "int8 features scaled": (lambda q, s: q.astype(np.float32) * s, ["int8", "float32"]),
+    "one-hot cross-entropy": (_cross_entropy, ["float32", "int64"]),
+    "causal softmax": (_causal_scores, ["float32"]),
+    "upper triangle": (lambda x: np.triu(x, 2) - np.tril(x, -1), ["float32"]),
 }
 
 
@@ -317,3 +334,29 @@ def test_everyday_code_with_masks_labels_and_half_floats(name: str) -> None:
         )
     else:
         assert_specials_agree(got, want, want.astype(np.float64))
+
+
+def test_arange_and_triangles_follow_numpy() -> None:
+    x = eqsat.tensor("x", (2, 4, 6), "int16")
+    values = np.random.default_rng(6).integers(-99, 99, (2, 4, 6)).astype(np.int16)
+    programs = {
+        "arange": (eqsat.arange(3, 20, 4), np.arange(3, 20, 4)),
+        "arange down": (eqsat.arange(5, -4, -3) * 2, np.arange(5, -4, -3) * 2),
+        "tril": (np.tril(x, 1), np.tril(values, 1)),
+        "triu": (np.triu(x, -2), np.triu(values, -2)),
+        "np.arange as an operand": (x * np.arange(6), values * np.arange(6)),
+    }
+    for name, (program, want) in programs.items():
+        kernel = eqsat.compile(program, limits=LIMITS, progress=False, cache=False)
+        got = kernel(values) if kernel.input_names else kernel()
+        assert got.dtype == want.dtype, name
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def test_a_numpy_computed_mask_is_refused_with_what_to_write() -> None:
+    x = eqsat.tensor("x", (4, 4))
+    with pytest.raises(UnsupportedError, match=re.escape("eqsat.arange(n)[:, None] >= eqsat")):
+        np.where(np.arange(4)[:, None] >= np.arange(4), x, 0)
+    for bad in ((2.5,), (3, 3), (0, 5, 0)):
+        with pytest.raises((eqsat.ArgumentError, eqsat.ShapeError)):
+            eqsat.arange(*bad)
