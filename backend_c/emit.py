@@ -97,7 +97,8 @@ def axis_var(axis: Term) -> str:
 
 
 class _Emitter:
-    def __init__(self, program: LoopProgram, isa: str) -> None:
+    def __init__(self, program: LoopProgram, isa: str, threads: int | None) -> None:
+        self.threads = threads
         self.dtype = program.dtype
         self.ctype = C_TYPES[program.dtype]
         self.suffix = "f" if program.dtype == "float32" else ""
@@ -303,7 +304,10 @@ class _Emitter:
             self.line("{")
             self.depth += 1
             self.line("eq_team team = {sched_getcpu(), 0};")
-            self.line("#pragma omp parallel")
+            self.line(
+                "#pragma omp parallel"
+                + ("" if self.threads is None else f" num_threads({self.threads})")
+            )
             self.line("{")
             self.line("eq_join(&team);")
             self.line("#pragma omp for schedule(static) nowait")
@@ -777,9 +781,12 @@ def _reread_buffers(term: Term) -> set[str]:
     return found
 
 
-def emit(program: LoopProgram, isa: str, symbol: str = "eqsat_kernel") -> str:
-    """C source of `program` for ISA level `isa` ("avx512", "avx2" or "scalar")."""
-    emitter = _Emitter(program, isa)
+def emit(
+    program: LoopProgram, isa: str, symbol: str = "eqsat_kernel", threads: int | None = None
+) -> str:
+    """C source of `program` for ISA level `isa` ("avx512", "avx2" or "scalar"); its parallel
+    loops run on `threads` threads (None: OpenMP's default, OMP_NUM_THREADS or all cores)."""
+    emitter = _Emitter(program, isa, threads)
     emitter.statement(program.body)
     if emitter.unfenced:
         emitter.line("_mm_sfence();")

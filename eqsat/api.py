@@ -24,6 +24,7 @@ from eqsat.backend_c.emit import emit
 from eqsat.backend_c.isa import GCC_FLAGS
 from eqsat.backend_c.kernel import Kernel, TensorSpec, kernel_entry
 from eqsat.core import dtypes, shapes
+from eqsat.core.errors import ArgumentError
 from eqsat.core.pretty import format_loops, format_tensor
 from eqsat.core.progress import Progress
 from eqsat.core.saturate import Limits, SaturationReport, saturate
@@ -509,6 +510,7 @@ class CompileOptions(TypedDict, total=False):
     limits: Limits | None
     machine: Machine | None
     isa: str | None
+    threads: int | None
     autotune: bool | int
     progress: bool
     extra_rules: Sequence[Identity]
@@ -522,6 +524,7 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
     limits: Limits | None = None,
     machine: Machine | None = None,
     isa: str | None = None,
+    threads: int | None = None,
     autotune: bool | int = False,
     progress: bool = True,
     extra_rules: Sequence[Identity] = (),
@@ -530,7 +533,9 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
 ) -> Kernel:
     """Optimize `outputs` and build a C kernel for them.
 
-    `isa` forces "avx512", "avx2" or "scalar" (default: the best this machine runs). A list of
+    `isa` forces "avx512", "avx2" or "scalar" (default: the best this machine runs); `threads`
+    the number of threads its parallel loops run on, which the cost model assumes too (default:
+    the machine's cores, `eqsat.extract.machine.host`). A list of
     outputs gives a kernel that returns a tuple. `autotune=True` (or a number of candidates)
     compiles and times the cost model's best candidates and keeps the fastest, remembered in the
     compile cache (`eqsat.autotune`); `progress`, `extra_rules` and `assume_finite` as in
@@ -542,6 +547,10 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
     machine = machine or calibrated_host(announce=Progress(enabled=progress).say)
     if isa is not None:
         machine = machine.with_isa(isa)
+    if threads is not None:
+        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+            raise ArgumentError(f"compile: threads must be an int >= 1, got {threads!r}")
+        machine = replace(machine, cores=threads)
     candidates = DEFAULT_CANDIDATES if autotune is True else int(autotune)  # False: none
 
     def optimized_kernel() -> Kernel:
@@ -592,7 +601,7 @@ def build(program: LoopProgram, optimized: Optimized, *, returns_tuple: bool = F
     `optimized.inputs` and `optimized.outputs`' shapes. Raises CompileError if gcc fails."""
     isa = optimized.machine.isa
     record = compile_cache.KernelRecord(
-        c_source=emit(program, isa, SYMBOL),
+        c_source=emit(program, isa, SYMBOL, threads=optimized.machine.cores),
         isa=isa,
         inputs=optimized.inputs,
         outputs=optimized.outputs,

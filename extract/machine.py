@@ -124,10 +124,15 @@ def _cache_size(level: int, default: int) -> int:
 
 @functools.cache
 def host() -> Machine:
-    """The machine this process runs on, without calibration (see the module doc)."""
+    """The machine this process runs on, without calibration (see the module doc): its cores
+    are those this process may run on, or OMP_NUM_THREADS's first value if fewer."""
+    cores = len(os.sched_getaffinity(0))
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if first.isdigit() and int(first) >= 1:
+        cores = min(cores, int(first))
     return Machine(
         isa=best_isa(cpu_flags()),
-        cores=len(os.sched_getaffinity(0)),
+        cores=cores,
         l1_bytes=_cache_size(1, 32 * 1024),
         l2_bytes=_cache_size(2, 1024 * 1024),
         l3_bytes=_cache_size(3, 16 * 1024 * 1024),

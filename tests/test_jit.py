@@ -433,8 +433,8 @@ def test_jit_takes_exactly_the_keyword_options_of_compile() -> None:
         if parameter.kind is inspect.Parameter.KEYWORD_ONLY
     ]
     assert list(CompileOptions.__annotations__) == keyword_only
-    with pytest.raises(ArgumentError, match="unknown option.*'threads'.*autotune"):
-        eqsat.jit(threads=2)(lambda x: x)  # type: ignore[call-arg]
+    with pytest.raises(ArgumentError, match="unknown option.*'threadz'.*autotune"):
+        eqsat.jit(threadz=2)(lambda x: x)  # type: ignore[call-arg]
 
 
 @eqsat.jit(progress=False)

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 
 import eqsat
 from eqsat.core.saturate import Limits
+from eqsat.extract.machine import host
 from tests.machines import PINNED
 from tests.programs import Program, assert_close, programs, reference
 
@@ -283,3 +284,23 @@ def test_a_small_kernel_searches_a_smaller_loop_e_graph() -> None:
         eqsat.optimize(large, machine=PINNED, limits=budget, progress=False).small_kernel_nodes
         is None
     )
+
+
+def test_threads_sets_the_kernels_threads_and_the_cost_models_cores(monkeypatch) -> None:
+    x = eqsat.tensor("x", (1024, 1024))
+    values = np.random.default_rng(1).standard_normal((1024, 1024)).astype(np.float32)
+    e = np.exp(values - values.max(axis=1, keepdims=True))
+    want = e / e.sum(axis=1, keepdims=True)
+    sources = {}
+    for threads in (1, 2):
+        kernel = eqsat.compile(
+            eqsat.softmax(x, -1), machine=PINNED, threads=threads, progress=False, cache=False
+        )
+        assert_close(kernel(values), want, "float32")
+        sources[threads] = kernel.c_source
+    assert "omp parallel" not in sources[1]  # one core: nothing to run in parallel
+    assert "#pragma omp parallel num_threads(2)" in sources[2]
+    with pytest.raises(eqsat.ArgumentError, match="threads must be an int >= 1, got 0"):
+        eqsat.compile(x * 2, machine=PINNED, threads=0, progress=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1,1")
+    assert host.__wrapped__().cores == 1  # host() is read once per process
