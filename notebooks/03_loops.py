@@ -49,7 +49,8 @@ assert canonical_nest.splitlines()[-2].strip() == "for k in 0..256:"
 # The chosen nest is a register tile: `i0` and `i1` are split (`i0.outer`, `i0.inner`, ...),
 # `k` is interchanged outside the tile's loops, the tile's rows are unrolled and its columns
 # vectorized, so each step of `k` updates a block of accumulators held in registers. The
-# outermost loop is parallel. When a loop runs several blocks of rows over one block of `B`
+# product's outermost loop is parallel (the loop that zeroes the output before it may run on
+# one core or on all: that depends on what starting threads costs on this machine). When a loop runs several blocks of rows over one block of `B`
 # (at 1024³; at 512³ too on a machine with a 1 MiB L2, not with 2 MiB), that block is first
 # copied into a contiguous panel `pk0` (panel packing, `rewrites/packing.py`, a pass after
 # extraction), so the tile reads `B` at unit stride instead of a row of `B` apart.
@@ -65,7 +66,7 @@ k_line = next(  # the register tile's loop: over (a piece of) k, around the unro
 )
 assert "i0.inner" in lines[k_line + 1] and "unroll(" in lines[k_line + 1]
 assert "i1.inner" in lines[k_line + 2] and "vector(" in lines[k_line + 2]
-assert lines[0].startswith("for ") and "parallel" in lines[0]
+assert any(line.startswith("for ") and "parallel" in line for line in lines)
 larger = eqsat.optimize(eqsat.tensor("A", (1024, 1024)) @ eqsat.tensor("B", (1024, 1024)))
 packed_nest = format_loops(larger.program.body)
 print(packed_nest)
