@@ -631,13 +631,19 @@ def _derived(
 
 def _wrapped(expr: TExpr, dtype: str) -> TExpr:
     """`expr`, integers within 2**53, wrapped around into the integer `dtype` as numpy's
-    fixed-width integers do: v - floor((v - least) / 2**bits) * 2**bits, exact in floating
-    point where v and v - least are (`_derived` makes the kernel float64 where they need it)."""
-    info = np.iinfo(dtype)
-    modulus = float(2 ** (8 * np.dtype(dtype).itemsize))
-    shifted = TExpr.binary("sub", expr, TExpr.const(float(info.min)))
-    turns = TExpr.unary("floor", TExpr.binary("mul", shifted, TExpr.const(1.0 / modulus)))
-    return TExpr.binary("sub", expr, TExpr.binary("mul", turns, TExpr.const(modulus)))
+    fixed-width integers do (`_modulo` by 2**bits from the dtype's least value), exact where
+    v and v - least are (`_derived` makes the kernel float64 where they need it)."""
+    return _modulo(expr, 2 ** (8 * np.dtype(dtype).itemsize), int(np.iinfo(dtype).min))
+
+
+def _modulo(expr: TExpr, modulus: int, least: int = 0) -> TExpr:
+    """v - floor((v - least) / modulus) * modulus: the integer v moved into [least, least +
+    modulus), for a power of two `modulus` (its reciprocal is exact), exact in floating point
+    where v and v - least are."""
+    shifted = expr if least == 0 else TExpr.binary("sub", expr, TExpr.const(float(least)))
+    scaled = TExpr.binary("mul", shifted, TExpr.const(1.0 / modulus))
+    turns = TExpr.binary("mul", TExpr.unary("floor", scaled), TExpr.const(float(modulus)))
+    return TExpr.binary("sub", expr, turns)
 
 
 def _view(x: Tensor, expr: TExpr, shape: Shape) -> Tensor:
@@ -706,22 +712,18 @@ def _split_product(ta: Tensor, tb: Tensor) -> tuple[TExpr, dtypes.IntegerRange]:
     modulo 2**32 and exact in float64 (`_derived` then wraps it as numpy): with
     a = high * 2**16 + low, a * b = (high * b mod 2**16) * 2**16 + low * b (mod 2**32), every
     step under 2**49. Returns the term and its range."""
-    half = 2.0**16
-
-    def floor_div(x: TExpr) -> TExpr:
-        return TExpr.unary("floor", TExpr.binary("mul", x, TExpr.const(1.0 / half)))
+    half = 2**16
 
     def times(x: TExpr, y: TExpr) -> TExpr:
         return TExpr.binary("mul", x, y)
 
-    high = floor_div(ta.expr)
-    low = TExpr.binary("sub", ta.expr, times(high, TExpr.const(half)))
-    high_b = times(high, tb.expr)
-    high_b_low = TExpr.binary("sub", high_b, times(floor_div(high_b), TExpr.const(half)))
-    total = TExpr.binary("add", times(high_b_low, TExpr.const(half)), times(low, tb.expr))
+    low = _modulo(ta.expr, half)
+    high = TExpr.unary("floor", times(ta.expr, TExpr.const(1.0 / half)))
+    high_b_low = _modulo(times(high, tb.expr), half)
+    total = TExpr.binary("add", times(high_b_low, TExpr.const(float(half))), times(low, tb.expr))
     least, greatest = tb.integer_range  # type: ignore[misc]
-    top = int(half) - 1
-    return total, (top * builtins.min(least, 0), top * int(half) + top * builtins.max(greatest, 0))
+    top = half - 1
+    return total, (top * builtins.min(least, 0), top * half + top * builtins.max(greatest, 0))
 
 
 def _binary_range(op: str, a: dtypes.IntegerRange, b: dtypes.IntegerRange) -> Any:
@@ -886,8 +888,7 @@ def _arg_extreme(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor
     extreme = flat.max(dim, keepdims=True) if op == "argmax" else flat.min(dim, keepdims=True)
     hit = maximum(flat == extreme, flat != flat)  # true at the extreme, or at every NaN if any
     n = flat.shape[dim]
-    positions = Tensor(TExpr.arange(n), (n,), "int64", integer_range=(0, n - 1))
-    first = where(hit, positions.reshape(n, *(1,) * (flat.ndim - dim - 1)), n).min(dim)
+    first = where(hit, arange(n).reshape(n, *(1,) * (flat.ndim - dim - 1)), n).min(dim)
     if not keepdims:
         return first
     kept = tuple(1 if axis is None or d == dim else extent for d, extent in enumerate(x.shape))
@@ -1091,8 +1092,7 @@ def floor_divide(a: Tensor | int, b: Tensor | int) -> Tensor:
     integers a float holds. Of floats it is an UnsupportedError (numpy's uses fmod, which
     eqsat lacks)."""
     ta, tb = _integer_operands("floor_divide", a, b)
-    quotient = TExpr.unary("floor", TExpr.binary("div", ta.expr, tb.expr))
-    expr = TExpr.where(TExpr.binary("eq", tb.expr, TExpr.const(0.0)), TExpr.const(0.0), quotient)
+    expr = _zero_for_zero_divisor(tb, _floor_quotient(ta, tb))
     largest = builtins.max(builtins.abs(ta.integer_range[0]), builtins.abs(ta.integer_range[1]))  # type: ignore[index]
     return _integer_result("floor_divide", expr, ta, tb, (-largest, largest))
 
@@ -1101,11 +1101,21 @@ def remainder(a: Tensor | int, b: Tensor | int) -> Tensor:
     """numpy.remainder (`a % b`, numpy.mod) of integers: a - (a // b) * b, with the sign of
     `b`, 0 where `b` is 0 (as numpy). Of floats it is an UnsupportedError (`floor_divide`)."""
     ta, tb = _integer_operands("remainder", a, b)
-    quotient = TExpr.unary("floor", TExpr.binary("div", ta.expr, tb.expr))
-    rest = TExpr.binary("sub", ta.expr, TExpr.binary("mul", quotient, tb.expr))
-    expr = TExpr.where(TExpr.binary("eq", tb.expr, TExpr.const(0.0)), TExpr.const(0.0), rest)
+    rest = TExpr.binary("sub", ta.expr, TExpr.binary("mul", _floor_quotient(ta, tb), tb.expr))
+    expr = _zero_for_zero_divisor(tb, rest)
     largest = builtins.max(builtins.abs(tb.integer_range[0]), builtins.abs(tb.integer_range[1]))  # type: ignore[index]
     return _integer_result("remainder", expr, ta, tb, (1 - largest, largest - 1))
+
+
+def _floor_quotient(ta: Tensor, tb: Tensor) -> TExpr:
+    """floor(a / b) of integer tensors: their floor division where b is not 0."""
+    return TExpr.unary("floor", TExpr.binary("div", ta.expr, tb.expr))
+
+
+def _zero_for_zero_divisor(tb: Tensor, expr: TExpr) -> TExpr:
+    """`expr`, but 0 where the divisor `tb` is 0 (numpy's integer division and remainder)."""
+    zero = TExpr.const(0.0)
+    return TExpr.where(TExpr.binary("eq", tb.expr, zero), zero, expr)
 
 
 def _integer_operands(what: str, a: object, b: object) -> tuple[Tensor, Tensor]:

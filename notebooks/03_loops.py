@@ -50,10 +50,11 @@ assert canonical_nest.splitlines()[-2].strip() == "for k in 0..256:"
 # `k` is interchanged outside the tile's loops, the tile's rows are unrolled and its columns
 # vectorized, so each step of `k` updates a block of accumulators held in registers. The
 # product's outermost loop is parallel (the loop that zeroes the output before it may run on
-# one core or on all: that depends on what starting threads costs on this machine). When a loop runs several blocks of rows over one block of `B`
-# (at 1024³; at 512³ too on a machine with a 1 MiB L2, not with 2 MiB), that block is first
-# copied into a contiguous panel `pk0` (panel packing, `rewrites/packing.py`, a pass after
-# extraction), so the tile reads `B` at unit stride instead of a row of `B` apart.
+# one core or on all: that depends on what starting threads costs on this machine). When a
+# loop runs several blocks of rows over one block of `B` (at 1024³; at 512³ too on a machine
+# with a 1 MiB L2, not with 2 MiB), that block is first copied into a contiguous panel `pk0`
+# (panel packing, `rewrites/packing.py`, a pass after extraction), so the tile reads `B` at
+# unit stride instead of a row of `B` apart.
 
 # %%
 chosen_nest = format_loops(matmul.program.body)
