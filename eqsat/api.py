@@ -30,7 +30,7 @@ from eqsat.core.progress import Progress
 from eqsat.core.saturate import Limits, SaturationReport, saturate
 from eqsat.core.terms import Arg, LoopProgram, Term, to_egglog, to_term
 from eqsat.extract.extractor import NodeCost, SerializedGraph
-from eqsat.extract.loop_cost import Estimate, LoopCost
+from eqsat.extract.loop_cost import CACHE_USE, Estimate, LoopCost
 from eqsat.extract.machine import Machine, cpu_model
 from eqsat.extract.tensor_cost import TensorCost, roofline_seconds, work_flops
 from eqsat.frontend import Tensor
@@ -416,7 +416,11 @@ def _schedule_loops(
     canonical_cost = cost.estimate(canonical.body).cycles
     if predicted > canonical_cost:  # a deadline's best-so-far can be worse than the start
         extracted = canonical.body
-    body = fuse_row_blocks(extracted, lambda option: cost.estimate(option).cycles)
+    body = fuse_row_blocks(
+        extracted,
+        lambda option: cost.estimate(option).cycles,
+        block_elements=CACHE_USE * machine.l2_bytes / cost.item_bytes,
+    )
     return _Scheduled(
         form=form,
         canonical=canonical,

@@ -20,10 +20,14 @@
 
 # %%
 import os
+from functools import partial
 
+import numpy as np
 from IPython.display import display
 
 import eqsat
+from eqsat.api import after_extraction, build
+from eqsat.core.measure import interleaved_medians, random_inputs
 from eqsat.core.pretty import format_loops
 from eqsat.core.terms import LoopProgram
 from eqsat.extract.loop_cost import LoopCost
@@ -126,18 +130,21 @@ assert "alloc t0[512, 512]" in format_loops(softmax.canonical.body)
 assert "alloc t0[512, 512]" not in format_loops(softmax.program.body)
 
 # %% [markdown]
-# ## Attention, 1024×64: row blocks across three nests
+# ## Attention, 1024×64: row blocks across the nests
 #
 # `softmax(Q @ K.T / 8) @ V` lowers to a copy of `K.T / 8`, the scores `Q @ K.T`, the softmax
 # passes and `P @ V`, all but the copy over the rows `i0`. The e-graph fuses sibling loops, but
 # its work budget stops it after four rounds: on this project's host the nest extracted from
-# it keeps the scores, the softmax and `P @ V` in three parallel loops over blocks of 8, 32 and
-# 8 rows, with the 1024×1024 scores and exponentials written out whole between them. Row-block
-# fusion (`rewrites/row_blocks.py`, a pass after extraction) then runs them as one loop over
-# blocks of 8 rows, where every buffer they share is read row by row and the cost model
-# predicts it faster; temporary contraction keeps the block's scores and exponentials
-# (8×1024) in L2. Measured on this project's Intel host, one process, interleaved: 2.45 ms
-# before, 1.44 ms after (numpy 4.0 ms; docs/MEASUREMENTS.md).
+# it keeps the scores in a parallel loop over blocks of columns, the softmax and `P @ V` in
+# loops over blocks of rows, with the 1024×1024 scores and exponentials written out whole
+# between them. Row-block fusion (`rewrites/row_blocks.py`, a pass after extraction) then runs
+# them all as one loop over blocks of rows: the loops over rows take a common block, and the
+# scores' matmul, which writes each row's own elements, runs whole inside each block with its
+# row loops walking the block. Every buffer they share is read row by row, and the cost model
+# predicts it faster, within blocks whose temporaries fit half of L2; temporary contraction
+# keeps the block's scores and exponentials there. The cell builds both nests and times them
+# interleaved (on this project's Intel host: 2.45 ms before row-block fusion, 1.4 ms after,
+# numpy 4.4 ms; docs/MEASUREMENTS.md).
 
 # %%
 Q, K, V = (eqsat.tensor(name, (1024, 64)) for name in "QKV")
@@ -151,13 +158,30 @@ print(extracted_nest)
 print(format_loops(attention.program.body))
 cost = LoopCost(attention.machine, "float32")
 extracted_cycles = cost.estimate(attention.extracted).cycles
-print(f"predicted: extracted {extracted_cycles:,.0f} cycles, fused {attention.cost:,.0f} cycles")
 assert top_level_loops(attention.program) < top_level_loops(
     LoopProgram(attention.extracted, (), (), "float32")
 )
 assert attention.cost < extracted_cycles
 assert "alloc t1[1024, 1024]" in extracted_nest  # the exponentials, whole
 assert "alloc t1[1024, 1024]" not in format_loops(attention.program.body)
+
+# %%
+unfused = after_extraction(attention.program, attention.extracted)
+kernels = {"extracted": build(unfused, attention), "fused": build(attention.program, attention)}
+values = random_inputs(dict.fromkeys("QKV", (1024, 64)), "float32", np.random.default_rng(3))
+scores = values["Q"] @ values["K"].T / 8
+weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+want = weights / weights.sum(axis=1, keepdims=True) @ values["V"]
+for name, kernel in kernels.items():
+    np.testing.assert_allclose(kernel(**values), want, rtol=1e-4, atol=1e-5, err_msg=name)
+measured = interleaved_medians({name: partial(k, **values) for name, k in kernels.items()}, 9)
+predicted = {"extracted": extracted_cycles, "fused": attention.cost}
+clock = attention.machine.clock_hz()
+for name in kernels:
+    print(
+        f"{name}: predicted {predicted[name] / clock * 1e3:.2f} ms, "
+        f"measured {measured[name] * 1e3:.2f} ms (median of 9, interleaved)"
+    )
 
 # %% [markdown]
 # ## Candidates: predicted against measured
@@ -211,7 +235,6 @@ for optimized, workload in workloads:
 # rise from left to right.
 
 # %%
-clock = matmul.machine.clock_hz()
 load = os.getloadavg()[0]
 display(
     scatter(

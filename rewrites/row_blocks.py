@@ -14,22 +14,38 @@ The e-graph holds such fused nests in principle (split each loop by the same til
 fuse-siblings), but only after more rounds than the work budget allows, and only when every
 loop was split by the same tile. Changing a loop's tile rewrites every piece of its axis in its
 body, the substitution that ARCHITECTURE §3 keeps out of the e-graph, so this is a pass over the
-extracted nest, like contraction and packing. A run of top-level statements fuses when
-1. each is a loop over `a.outer(T)` for one named axis `a` (its own tile T), or over `a` itself
-   (any tile: its body goes inside a loop over `a.inner(T)`), serial or parallel;
+extracted nest, like contraction and packing. A run of top-level statements fuses over blocks of
+T rows of one named axis `a` when
+1. each is a loop over `a.outer(T')` (its own tile T'), or over `a` itself, serial or parallel
+   (a row-block loop); or a *row-local* statement: one that walks `a` (in any loop of it, e.g.
+   a matmul whose outermost loop runs over column blocks and whose row blocks run inside) and
+   accesses every buffer it writes, other than its own temporaries, with plain `a` first;
 2. every buffer that one of them writes and another touches is accessed by all of them with
    plain `a` as its first index: block b of a later loop reads only rows of block b, which the
    earlier loops have written by then, and writes rows no other block reads;
-3. the common tile is one of the loops' own tiles (or none, when no loop is split: they fuse
-   over `a`), and a loop whose tile changes has no unrolled loop over a piece of `a` (a
-   register tile keeps its rows).
-The fused loop is parallel when all of them were (their blocks are then independent). The
-caller passes the cost model: the fused program is kept only where it is predicted faster.
+3. each statement can run one block of T rows: a loop over `a` runs its body in a loop over
+   `a.inner(T)`; a loop over `a.outer(T)` runs its body; a loop over `a.outer(T')` has its
+   body's pieces of `a` split by T instead of T', unless it unrolls a piece of `a` (a register
+   tile keeps its rows); then, and for a row-local statement, the whole statement runs inside
+   the block with `a` replaced by `a.inner(T)` in its loops (each of its own splits of `a`
+   dividing T; its parallel loops run serially in the parallel block loop).
+T is one of the run's own tiles, or a power of two from 8 below the extent (blocks that a
+row-local statement, or a loop of another tile, runs in), whose block of each temporary of the
+run fits the part of L2 a footprint may fill (`block_elements`; the smallest tile when none
+does). Within that bound the cost model sizes the blocks, e.g. to keep a block of attention's
+scores in L2 while the keys and values stream once per block. (The bound is a rule, not the
+model's price: the model counts the bytes fetched, not the dirty lines written back, and
+predicted blocks of 128 to 1024 rows of attention 4096 x 128 as fast as blocks of 64, which
+measured 1.5-1.8x faster; docs/MEASUREMENTS.md.) With no split loop and no row-local statement,
+the loops may also fuse over `a` itself. The fused loop is parallel when every loop was
+parallel or row-local (their blocks are then independent). The caller passes the cost model:
+the fused program is kept only where it is predicted faster.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import math
+from collections.abc import Callable, Iterator, Mapping
 
 from eqsat.core.loops import (
     accesses,
@@ -44,13 +60,20 @@ from eqsat.rewrites.lowering import seq
 
 PARALLEL = Term("LoopKind.parallel", ())
 SERIAL = Term("LoopKind.serial", ())
+# The smallest block of rows tried beyond the loops' own tiles (a register tile's rows).
+MIN_BLOCK = 8
 
 
-def fuse_row_blocks(body: Term, price: Callable[[Term], float]) -> Term:
+def fuse_row_blocks(
+    body: Term, price: Callable[[Term], float], block_elements: float = math.inf
+) -> Term:
     """`body` (an extracted nest) with runs of row-block loops fused (module doc): the fusion
     (run and tile) that `price` (predicted cycles of a whole body) finds cheapest, again and
-    again while one is cheaper than the body so far."""
+    again while one is cheaper than the body so far. A block of a tile beyond the loops' own
+    holds at most `block_elements` elements of each temporary of the run (the cache a block's
+    rows should stay in)."""
     allocations, inner = top_allocations(body)
+    shapes = dict(allocations)
 
     def whole(parts: list[Term]) -> Term:
         return allocated(allocations, seq(parts))
@@ -59,11 +82,12 @@ def fuse_row_blocks(body: Term, price: Callable[[Term], float]) -> Term:
     best_price = price(whole(best))
     while True:  # the best single fusion, until none is predicted faster
         options = [
-            [*best[:start], _fused(run[:length], tile), *best[start + length :]]
+            [*best[:start], fused, *best[start + length :]]
             for start in range(len(best))
-            for run in [_run(best, start)]
+            for row_axis, run in _runs(best, start)
             for length in range(2, len(run) + 1)
-            for tile in _common_tiles(run[:length])
+            for tile in _common_tiles(run[:length], row_axis, best, shapes, block_elements)
+            if (fused := _fused(run[:length], row_axis, tile)) is not None
         ]
         priced = [(price(whole(option)), option) for option in options]
         cheapest = min(priced, key=lambda pair: pair[0], default=None)
@@ -87,36 +111,73 @@ def _row_axis(statement: Term) -> tuple[Term, int | None] | None:
     return axis.args[0], int(axis.args[1])  # type: ignore[return-value, arg-type]
 
 
-def _run(statements: list[Term], start: int) -> list[Term]:
-    """The longest run of row-block loops from `start` that may fuse (conditions 1 and 2 of
-    the module doc); [] when `statements[start]` starts none."""
-    first = _row_axis(statements[start])
-    if first is None:
-        return []
-    run = [statements[start]]
-    for statement in statements[start + 1 :]:
-        row = _row_axis(statement)
-        if row is None or row[0] != first[0] or not _rows_local([*run, statement]):
-            break
-        run.append(statement)
-    return run
+def _row_axes(statement: Term) -> list[Term]:
+    """The named axes over whose blocks `statement` may run (condition 1): its own, for a
+    row-block loop, and every axis of which it is row-local."""
+    row = _row_axis(statement)
+    walked = dict.fromkeys(
+        axis
+        for s in statements_in(statement)
+        if s.op == "Stmt.loop"
+        for axis in pieces_of(s.args[0])  # type: ignore[arg-type]
+        if axis.op == "Axis.named"
+    )
+    local = [axis for axis in walked if _row_local(statement, axis)]
+    return list(dict.fromkeys([*([row[0]] if row is not None else []), *local]))
 
 
-def _rows_local(run: list[Term]) -> bool:
+def _own_tile(statement: Term, row_axis: Term) -> tuple[bool, int | None]:
+    """(True, T) when `statement` is a row-block loop over `row_axis.outer(T)`, (True, None)
+    over `row_axis` itself, else (False, None): a row-local statement."""
+    row = _row_axis(statement)
+    if row is None or row[0] != row_axis:
+        return False, None
+    return True, row[1]
+
+
+def _row_local(statement: Term, row_axis: Term) -> bool:
+    """Every buffer `statement` writes, other than the temporaries it allocates, is accessed
+    in it with plain `row_axis` first: its iterations for different rows touch different
+    elements, so it may run a block of rows at a time."""
+    own = {str(s.args[0]) for s in statements_in(statement) if s.op == "Stmt.alloc"}
+    return all(
+        _first_is(ix, row_axis)
+        for buffer in set(_written(statement)) - own
+        for ix in accesses(statement, buffer)
+    )
+
+
+def _runs(statements: list[Term], start: int) -> Iterator[tuple[Term, list[Term]]]:
+    """(a, run) for each axis `a` over whose blocks `statements[start]` may run: the longest
+    run of statements from `start` that may fuse over blocks of `a` (conditions 1 and 2)."""
+    for row_axis in _row_axes(statements[start]):
+        run = [statements[start]]
+        for statement in statements[start + 1 :]:
+            if row_axis not in _row_axes(statement) or not _rows_local([*run, statement], row_axis):
+                break
+            run.append(statement)
+        yield row_axis, run
+
+
+def _rows_local(run: list[Term], row_axis: Term) -> bool:
     """Condition 2: every buffer one loop of `run` writes and another touches is accessed with
-    plain `a` first by every loop of the run."""
-    row_axis = _row_axis(run[0])
-    assert row_axis is not None
-    plain = Term("Index.axis", (row_axis[0],))
+    plain `row_axis` first by every loop of the run."""
     written = {buffer for statement in run for buffer in _written(statement)}
     for buffer in written:
         users = [s for s in run if accesses(s, buffer)]
         if len(users) < 2:
             continue
         indices = [ix for s in users for ix in accesses(s, buffer)]
-        if not all(index_items(ix)[0] == plain for ix in indices):  # type: ignore[arg-type]
+        if not all(_first_is(ix, row_axis) for ix in indices):
             return False
     return True
+
+
+def _first_is(index_list: Term, row_axis: Term) -> bool:
+    """True when the first index of `index_list` is plain `row_axis` (a rank-0 buffer's list
+    has none)."""
+    items = index_items(index_list)
+    return bool(items) and items[0] == Term("Index.axis", (row_axis,))
 
 
 def _written(statement: Term) -> Iterator[str]:
@@ -126,48 +187,109 @@ def _written(statement: Term) -> Iterator[str]:
             yield str(s.args[0])
 
 
-def _common_tiles(run: list[Term]) -> list[int | None]:
-    """The tiles of `run`'s split loops that every loop may take (condition 3), in first-seen
-    order; [None] when no loop of the run is split (they fuse over the axis itself)."""
-    tiles = [tile for s in run if (tile := _row_axis(s)[1]) is not None]  # type: ignore[index]
-    if not tiles:
-        return [None]
-    return [
-        tile
-        for tile in dict.fromkeys(tiles)
-        if all(_row_axis(s)[1] in (tile, None) or not _unrolls_rows(s) for s in run)  # type: ignore[index]
-    ]
+def _common_tiles(
+    run: list[Term],
+    row_axis: Term,
+    statements: list[Term],
+    shapes: Mapping[str, tuple[int, ...]],
+    block_elements: float,
+) -> list[int | None]:
+    """The tiles T to try for `run` (some of `statements`, whose temporaries have `shapes`):
+    the run's own tiles in first-seen order, then the powers of two from MIN_BLOCK below the
+    extent, each only if its block of every temporary that only the run touches has at most
+    `block_elements` elements (the smallest tile when none does); [None] first when every
+    statement is a loop over the axis itself (they may fuse over it). `_fused` tells which
+    every statement can take."""
+    owns = [_own_tile(s, row_axis) for s in run]
+    extent = int(row_axis.args[1])  # type: ignore[arg-type]
+    powers = [1 << k for k in range(MIN_BLOCK.bit_length() - 1, extent.bit_length())]
+    tiles = list(
+        dict.fromkeys([*(t for _, t in owns if t is not None), *(p for p in powers if p < extent)])
+    )
+    others = [s for s in statements if all(s is not r for r in run)]
+    row_elements = max(
+        (
+            math.prod(shape[1:])
+            for name, shape in shapes.items()
+            if len(shape) > 1 and shape[0] == extent and not any(accesses(s, name) for s in others)
+        ),
+        default=0,
+    )
+    fitting = [t for t in tiles if t * row_elements <= block_elements] or sorted(tiles)[:1]
+    plain = [None] if all(own == (True, None) for own in owns) else []
+    return [*plain, *fitting]
 
 
-def _unrolls_rows(statement: Term) -> bool:
-    """True when a loop inside `statement` unrolls a piece of its row axis."""
-    row_axis = _row_axis(statement)[0]  # type: ignore[index]
+def _fused(run: list[Term], row_axis: Term, tile: int | None) -> Term | None:
+    """One loop running `run` a block at a time: over `a.outer(tile)` with each statement's
+    part for one block (`_block_part`), or over `a` when `tile` is None; None when some
+    statement cannot run blocks of `tile` rows (condition 3)."""
+    parts = [_block_part(statement, row_axis, tile) for statement in run]
+    if any(part is None for part in parts):
+        return None
+    axis = row_axis if tile is None else Term("Axis.outer", (row_axis, tile))
+    independent = all(s.args[1] == PARALLEL or not _own_tile(s, row_axis)[0] for s in run)
+    return Term("Stmt.loop", (axis, PARALLEL if independent else SERIAL, seq(parts)))  # type: ignore[arg-type]
+
+
+def _block_part(statement: Term, row_axis: Term, tile: int | None) -> Term | None:
+    """What `statement` runs for one block of `tile` rows of `row_axis` (condition 3), or
+    None when it cannot."""
+    row_loop, own = _own_tile(statement, row_axis)
+    body = statement.args[2]
+    assert isinstance(body, Term)
+    if tile is None:
+        return body if row_loop and own is None else None
+    if row_loop and own is None:
+        return Term("Stmt.loop", (Term("Axis.inner", (row_axis, tile)), SERIAL, body))
+    if own == tile:
+        return body
+    if own is not None and not _unrolls_rows(statement, row_axis):
+        return _retiled(body, row_axis, own, tile)
+    if all(tile % split == 0 for split in _splits(statement, row_axis)):
+        return _in_block(statement, row_axis, tile)
+    return None
+
+
+def _unrolls_rows(statement: Term, row_axis: Term) -> bool:
+    """True when a loop inside `statement` unrolls a piece of `row_axis`."""
     return any(
         s.op == "Stmt.loop"
-        and s.args[1].op == "LoopKind.unroll"
-        and row_axis in pieces_of(s.args[0])  # type: ignore[union-attr, arg-type]
-        for s in statements_in(statement.args[2])  # type: ignore[arg-type]
+        and s.args[1].op == "LoopKind.unroll"  # type: ignore[union-attr]
+        and row_axis in pieces_of(s.args[0])  # type: ignore[arg-type]
+        for s in statements_in(statement)
     )
 
 
-def _fused(run: list[Term], tile: int | None) -> Term:
-    """One loop running the bodies of `run`: over `a.outer(tile)` with each body split by
-    `tile` (a loop over `a` itself gets a loop over `a.inner(tile)`), or over `a` when `tile`
-    is None."""
-    row_axis = _row_axis(run[0])[0]  # type: ignore[index]
-    bodies = []
-    for statement in run:
-        own = _row_axis(statement)[1]  # type: ignore[index]
-        body = statement.args[2]
-        assert isinstance(body, Term)
-        if tile is not None and own is None:
-            body = Term("Stmt.loop", (Term("Axis.inner", (row_axis, tile)), SERIAL, body))
-        elif tile is not None:
-            body = _retiled(body, row_axis, own, tile)
-        bodies.append(body)
-    axis = row_axis if tile is None else Term("Axis.outer", (row_axis, tile))
-    kind = PARALLEL if all(s.args[1] == PARALLEL for s in run) else SERIAL
-    return Term("Stmt.loop", (axis, kind, seq(bodies)))
+def _splits(statement: Term, row_axis: Term) -> set[int]:
+    """The tiles by which loops of `statement` split `row_axis` itself."""
+    return {
+        int(s.args[0].args[1])  # type: ignore[union-attr, arg-type]
+        for s in statements_in(statement)
+        if s.op == "Stmt.loop"
+        and s.args[0].op in ("Axis.outer", "Axis.inner")  # type: ignore[union-attr]
+        and s.args[0].args[0] == row_axis  # type: ignore[union-attr]
+    }
+
+
+def _in_block(statement: Term, row_axis: Term, tile: int) -> Term:
+    """`statement` run over one block of `tile` rows: its loops over `row_axis` walk
+    `row_axis.inner(tile)` instead, the pieces split from `row_axis` are split from that block
+    (indices of plain `row_axis` stay: the emitter resolves them from the enclosing pieces), and
+    its parallel loops are serial (the block loop is the parallel one)."""
+    block = Term("Axis.inner", (row_axis, tile))
+
+    def visit(term: Term) -> Term:
+        if term.op == "Stmt.loop":
+            axis, kind, body = term.args
+            axis = block if axis == row_axis else visit(axis)  # type: ignore[arg-type]
+            kind = SERIAL if kind == PARALLEL else kind
+            return Term("Stmt.loop", (axis, kind, visit(body)))  # type: ignore[arg-type]
+        if term.op in ("Axis.outer", "Axis.inner") and term.args[0] == row_axis:
+            return Term(term.op, (block, term.args[1]))
+        return Term(term.op, tuple(visit(a) if isinstance(a, Term) else a for a in term.args))
+
+    return visit(statement)
 
 
 def _retiled(term: Term, row_axis: Term, old: int, new: int) -> Term:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import eqsat
 from eqsat.core.interp import run
-from eqsat.core.loops import top_statements
+from eqsat.core.loops import top_allocations, top_statements
 from eqsat.core.pretty import format_loops
 from eqsat.core.terms import LoopProgram, Term
 from eqsat.rewrites.lowering import seq
@@ -92,11 +92,86 @@ def test_row_loops_over_the_same_rows_fuse_and_compute_the_same(
 
 
 def test_a_register_tiles_rows_keep_their_count() -> None:
-    """The consumer unrolls its 4 rows (a register tile): the common tile is 4, not 8."""
+    """The consumer unrolls its 4 rows (a register tile): it runs whole inside each block of 8
+    rows, its 4 rows still unrolled; two register tiles of which neither divides the other's
+    rows (8 and 12) find no common tile."""
     program = two_passes((8, "parallel", "serial"), (4, "parallel", "unroll"))
-    assert fused_tiles(program) == [4]
+    assert fused_tiles(program) == [8]
+    fused = format_loops(fuse_row_blocks(program.body, fewest_statements))
+    assert "for i0.inner(8).inner(4) in 0..4 unroll(4)" in fused, fused
     both_unrolled = two_passes((8, "parallel", "unroll"), (4, "parallel", "unroll"))
-    assert fused_tiles(both_unrolled) == [8, 4]  # no tile both may take
+    assert fused_tiles(both_unrolled) == [8]
+    apart = two_passes((8, "parallel", "unroll"), (12, "parallel", "unroll"))
+    assert fused_tiles(apart) == [8, 12]
+
+
+def column_blocks(write: Term, value: Term, tile: int = 4) -> Term:
+    """for i1.outer(tile) parallel: for i0: for i1.inner(tile): store: a pass whose outermost
+    loop runs over blocks of columns, its rows inside (a matmul's nest, on a wide operand)."""
+    store = Term("Stmt.store", ("t0", write, value))
+    return nest(
+        [(outer(J, tile), "parallel", ()), (ROW, "serial", ()), (inner(J, tile), "vector", ())],
+        store,
+    )
+
+
+def column_pass_then_rows(write: Term, read: Term) -> LoopProgram:
+    """t0 = x * 2 over column blocks (written at `write`), then out0 = t0[read] + x over blocks
+    of 8 rows."""
+    doubled = binary("mul", load("in0", at(ROW, J)), Term("Scalar.const", (2.0,)))
+    value = binary("add", load("t0", read), load("in0", at(ROW, J)))
+    consume = row_loop(8, "parallel", "serial", Term("Stmt.store", ("out0", at(ROW, J), value)))
+    body = Term(
+        "Stmt.alloc", ("t0", (ROWS, COLUMNS), seq([column_blocks(write, doubled), consume]))
+    )
+    return LoopProgram(body, (("x", (ROWS, COLUMNS)),), ((ROWS, COLUMNS),), "float64")
+
+
+def test_a_pass_over_column_blocks_runs_inside_the_row_blocks() -> None:
+    """A row-local pass whose outermost loop is over columns (each row's elements are its own)
+    runs whole inside each block of rows, its loops over rows walking the block only, its
+    parallel loop made serial inside the parallel block loop."""
+    program = column_pass_then_rows(at(ROW, J), at(ROW, J))
+    assert fused_tiles(program) == [8]
+    fused = format_loops(fuse_row_blocks(program.body, fewest_statements))
+    assert "for i0.outer(8) in 0..3 parallel:" in fused, fused
+    assert "for i1.outer(4) in 0..5:" in fused and "for i0.inner(8) in 0..8:" in fused, fused
+
+
+@pytest.mark.parametrize(
+    "write, read",
+    [
+        (at(J, ROW), at(J, ROW)),  # rows of t0 are columns of the pass: not row-local
+        (at(ROW, J), Term("IndexList.cons", (Term("Index.const", (ROWS - 1,)), at(J)))),
+    ],
+)
+def test_a_pass_that_is_not_row_local_stays_apart(write: Term, read: Term) -> None:
+    """The column pass writes t0 transposed (rows of t0 are not its rows), or the consumer
+    reads t0's last row in every block: blocks would read what later blocks write."""
+    program = column_pass_then_rows(write, read)
+    if write == at(J, ROW):
+        program = _square(program, COLUMNS)
+    assert fuse_row_blocks(program.body, fewest_statements) == program.body
+
+
+def test_blocks_beyond_the_loops_tiles_hold_at_most_the_given_elements() -> None:
+    """With room for 16 rows of t0 (20 elements each), blocks of 8 and 16 rows are tried, not
+    more; with room for less than 8 rows, only the smallest tile, 8."""
+    program = column_pass_then_rows(at(ROW, J), at(ROW, J))
+    tried: set[int] = set()
+
+    def price(body: Term) -> float:
+        for statement in top_statements(body.args[2]):  # type: ignore[arg-type]
+            axis = statement.args[0]
+            if axis.op == "Axis.outer" and axis.args[0] == ROW:  # type: ignore[union-attr]
+                tried.add(int(axis.args[1]))  # type: ignore[union-attr, arg-type]
+        return fewest_statements(body)
+
+    fuse_row_blocks(program.body, price, block_elements=16 * COLUMNS)
+    assert tried == {8, 16}
+    tried.clear()
+    fuse_row_blocks(program.body, price, block_elements=7 * COLUMNS)
+    assert tried == {8}
 
 
 @pytest.mark.parametrize(
@@ -148,9 +223,11 @@ def test_the_cost_model_keeps_the_loops_apart_when_fusing_is_not_cheaper() -> No
 
 
 def test_attention_runs_its_softmax_and_product_one_row_block_at_a_time() -> None:
-    """The extracted attention nest has the softmax and `P @ V` in loops of different tiles;
-    fused, the exponentials live in a block of rows (contracted), and the kernel agrees with
-    numpy on NaN, ±inf and -0.0 in the inputs."""
+    """The extracted attention nest has the scores' matmul over blocks of columns, the softmax
+    and `P @ V` in loops over rows of different tiles; fused, every pass over the rows runs in
+    one loop over blocks of rows (only the keys' transposition stays before it), the
+    exponentials live in a block of rows (contracted), and the kernel agrees with numpy on NaN,
+    ±inf and -0.0 in the inputs."""
     shape = (384, 32)  # (on PINNED, the e-graph's own nest fuses 256 x 32 already)
     Q, K, V = (eqsat.tensor(name, shape) for name in "QKV")
     program = eqsat.softmax(Q @ K.T / 8) @ V
@@ -160,6 +237,8 @@ def test_attention_runs_its_softmax_and_product_one_row_block_at_a_time() -> Non
     exps = [line for line in nest_text.splitlines() if "exp(" in line]
     assert exps and all(line.split("[")[1].startswith("i0.inner") for line in exps), nest_text
     assert optimized.scheduled != optimized.extracted
+    passes = top_statements(top_allocations(optimized.scheduled)[1])
+    assert [s.args[0].op for s in passes] == ["Axis.named", "Axis.outer"], nest_text  # type: ignore[union-attr]
     assert "row blocks fused after extraction" in optimized.report()
     kernel = eqsat.compile(program, machine=PINNED, limits=unhurried, progress=False)
     rng = np.random.default_rng(8)
@@ -178,9 +257,14 @@ def test_attention_runs_its_softmax_and_product_one_row_block_at_a_time() -> Non
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "scalar"])
-def test_fused_row_blocks_compile_to_the_interpreters_values(isa: str) -> None:
-    """The fused loop (a remainder block of 4 rows included) in C at every ISA."""
-    program = two_passes((5, "parallel", "serial"), (8, "parallel", "serial"))
+@pytest.mark.parametrize("passes", ["row blocks of 5 and 8", "column blocks, then rows"])
+def test_fused_row_blocks_compile_to_the_interpreters_values(isa: str, passes: str) -> None:
+    """The fused loop (a remainder block of 4 rows included; a column pass run inside the
+    blocks) in C at every ISA."""
+    if passes == "row blocks of 5 and 8":
+        program = two_passes((5, "parallel", "serial"), (8, "parallel", "serial"))
+    else:
+        program = column_pass_then_rows(at(ROW, J), at(ROW, J))
     fused = program.with_body(fuse_row_blocks(program.body, fewest_statements))
     assert fused.body != program.body
     agrees_with_interpreter(LoopProgram(fused.body, fused.inputs, fused.outputs, "float32"), isa)
