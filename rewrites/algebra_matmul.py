@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from egglog import Vec, eq, f64, i64, ne
+from egglog import UnstableFn, Vec, eq, f64, i64, ne
 from egglog.egraph import FactLike
 
 from eqsat.core.terms import TExpr
@@ -27,6 +27,7 @@ XYC = {"x": TExpr, "y": TExpr, "c": TExpr}
 XYP = {"x": TExpr, "y": TExpr, "p": Vec[i64]}
 XYR = {"x": TExpr, "y": TExpr, "r": TExpr}
 XYV = {"x": TExpr, "y": TExpr, "v": f64}
+KEY_HALVES = {"x_shape": Vec[i64], "y_shape": Vec[i64], "k": i64, "h": i64}  # key_halves binds
 
 
 def matmul(a: TExpr, b: TExpr) -> TExpr:
@@ -215,6 +216,63 @@ def per_row(x: TExpr, i: i64, s: Vec[i64]) -> list[FactLike]:
     return [eq(s).to(shape_of(x).pop().push(i64(1))), eq(s[i]).to(i64(1))]
 
 
+def key_halves(
+    x: TExpr, y: TExpr, i: i64, x_shape: Vec[i64], y_shape: Vec[i64], k: i64, h: i64
+) -> list[FactLike]:
+    """x is (..., n, k) with k >= 2, its softmax over its last axis i; h = k / 2 keys first."""
+    return [
+        eq(x_shape).to(shape_of(x)),
+        eq(y_shape).to(shape_of(y)),
+        x_shape.length() >= i64(2),
+        eq(i).to(x_shape.length() - 1),
+        eq(k).to(x_shape[i]),
+        k >= i64(2),
+        eq(h).to(k / 2),
+    ]
+
+
+def _block(x: TExpr, shape: Vec[i64], axis: i64, start: i64, extent: i64) -> TExpr:
+    """x[..., start : start + extent, ...] along `axis` (x of `shape`), the others whole."""
+    zeros = shape.map(UnstableFn(i64.__mul__, i64(0)))
+    ones = zeros.map(UnstableFn(i64.__add__, i64(1)))
+    return TExpr.slice(x, zeros.set(axis, start), ones, shape.set(axis, extent))
+
+
+def online_softmax(
+    x: TExpr,
+    y: TExpr,
+    i: i64,
+    s: Vec[i64],
+    x_shape: Vec[i64],
+    y_shape: Vec[i64],
+    k: i64,
+    h: i64,
+) -> TExpr:
+    """The right side of online-softmax-matmul: two key blocks, each normalized by its own
+    maximum, rescaled to the larger of the two (FlashAttention's running max, sum and
+    accumulator, for one step)."""
+
+    def key_block(start: i64, keys: i64) -> tuple[TExpr, TExpr, TExpr]:
+        """The unnormalized attention exp(x_b - m_b) @ y_b of keys start .. start + keys
+        (columns of x's last axis i, rows of y), its row sums and its row maxima m_b."""
+        x_block = _block(x, x_shape, i, start, keys)
+        y_block = _block(y, y_shape, i - 1, start, keys)
+        numerator, sums = softmax_parts(x_block, i, s)
+        maxima = TExpr.reshape(TExpr.reduce("max", i, x_block), s)
+        return matmul(numerator, y_block), sums, maxima
+
+    first, first_sums, first_max = key_block(i64(0), h)
+    second, second_sums, second_max = key_block(h, k - h)
+    top = TExpr.binary("max", first_max, second_max)
+    scale_first = TExpr.unary("exp", TExpr.binary("sub", first_max, top))
+    scale_second = TExpr.unary("exp", TExpr.binary("sub", second_max, top))
+
+    def rescaled(a: TExpr, b: TExpr) -> TExpr:
+        return TExpr.binary("add", mul(a, scale_first), mul(b, scale_second))
+
+    return TExpr.binary("div", rescaled(first, second), rescaled(first_sums, second_sums))
+
+
 # A softmax's row sums are in [1, n] (exp(0) = 1 at the max, exp(<= 0) elsewhere) or NaN, so
 # dividing by them commutes with the product's sums for inf and NaN too: attention divides
 # after @ V (m*n divisions) by default, which matmul-row-div-out does only under assume_finite.
@@ -228,6 +286,20 @@ SOFTMAX = (
             "div", matmul(softmax_parts(x, i, s)[0], y), softmax_parts(x, i, s)[1]
         ),
         guard=(per_row,),
+    ),
+    # Finite inputs only: a block whose scores are all -inf (a causal mask) has a NaN maximum
+    # correction, where the whole row's softmax is finite.
+    Identity(
+        "online-softmax-matmul",
+        "(e @ y) / sum(e, i) -> (e1 @ y1 * c1 + e2 @ y2 * c2) / (sum(e1) * c1 + sum(e2) * c2), "
+        "keys split in halves, e_b = exp(x_b - m_b), c_b = exp(m_b - max(m1, m2))",
+        {"x": TExpr, "y": TExpr, "i": i64, "s": Vec[i64], **KEY_HALVES},
+        lambda x, y, i, s: TExpr.binary(
+            "div", matmul(softmax_parts(x, i, s)[0], y), softmax_parts(x, i, s)[1]
+        ),
+        online_softmax,
+        guard=(per_row, key_halves),
+        finite_only=True,
     ),
 )
 
