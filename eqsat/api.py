@@ -57,6 +57,8 @@ ALGEBRA_CANDIDATES = 2
 ALGEBRA_SLACK = 2.0
 # Above this many e-nodes, one candidate per e-class: on 23 random programs' loop stages of 5k to
 # 10k e-nodes, 4 candidates found the same nests as 1, in 3-5x the time (docs/MEASUREMENTS.md).
+# A small kernel (SMALL_KERNEL_SECONDS) keeps one too: of 39 small sweep shapes, 38 got nests
+# predicted as fast (one 9% slower, a 10 us MLP), and attention 256x32 optimized in 0.7 s, not 1.4.
 CANDIDATES_UP_TO_NODES = 5_000
 
 
@@ -402,7 +404,8 @@ def _schedule_loops(
     graph = SerializedGraph(egraph)
     progress.extracting(report.stage, graph.size)
     cost = LoopCost(machine, canonical.dtype)
-    keep = CANDIDATES_PER_CLASS if graph.size <= CANDIDATES_UP_TO_NODES else 1
+    few = small is not None or graph.size > CANDIDATES_UP_TO_NODES
+    keep = 1 if few else CANDIDATES_PER_CLASS
     start = time.monotonic()
     extraction = graph.extract_top(
         graph.root(ROOT),
