@@ -39,7 +39,7 @@ from eqsat.core.pretty import format_loops, format_tensor
 from eqsat.core.saturate import Limits, SaturationReport, saturate
 from eqsat.core.terms import Term, to_egglog, to_term
 from eqsat.extract.extractor import SerializedGraph
-from eqsat.extract.tensor_cost import TensorCost
+from eqsat.extract.tensor_cost import TensorCost, work_flops
 from eqsat.rewrites.algebra import algebra_rules
 from eqsat.rewrites.algebra_facts import algebra_facts
 from eqsat.view.plot import Point, scatter
@@ -244,3 +244,49 @@ factored_nest = format_loops(factored.program.body)
 assert factored_nest.count("(in1[i0, i1] + in2[i0, i1])") == 1  # Y + Z, once
 assert "(in0[i0, k] * t0[k, i1])" in factored_nest  # the product reads it
 display(factored.draw("algebra"))
+
+# %% [markdown]
+# ## Attention's keys in two blocks: the online softmax
+#
+# `online-softmax-matmul` (finite-only) splits attention's keys in halves. Each block's scores
+# are exponentiated against the block's own maximum, and both partial results are rescaled to
+# the larger maximum, `exp(m_b - max(m1, m2))`: one step of FlashAttention's running max, sum
+# and accumulator. Under `assume_finite` it fires once per attention. Stage 1 ranks forms by
+# flops, and the split form has a few more (the rescaling), so the unsplit one is chosen: the
+# split would pay only where a block of rows of the scores no longer fits in cache, which the
+# stage-1 price does not see (ARCHITECTURE §10). Written out with slices, the split form
+# computes the same values.
+
+# %%
+Q, K, V = (eqsat.tensor(name, (256, 32)) for name in "QKV")
+attention = eqsat.optimize(eqsat.softmax(Q @ K.T / 8) @ V, assume_finite=True)
+print(attention.expr)
+assert attention.stages[0].matches["online-softmax-matmul"] == 1
+assert "online-softmax-matmul" in attention.finite_only_fired
+
+
+def key_block(keys: slice) -> tuple[eqsat.Tensor, eqsat.Tensor, eqsat.Tensor]:
+    """exp(scores - m) @ V, the row sums and the row maxima m of the keys `keys`."""
+    scores = Q @ (K[keys].T / 8)  # the scale on the keys, as in the chosen form
+    top = scores.max(axis=1, keepdims=True)
+    weights = eqsat.exp(scores - top)
+    return weights @ V[keys], weights.sum(axis=1, keepdims=True), top
+
+
+(first, first_sums, first_max), (second, second_sums, second_max) = map(
+    key_block, (slice(0, 128), slice(128, 256))
+)
+top = np.maximum(first_max, second_max)
+first_scale, second_scale = eqsat.exp(first_max - top), eqsat.exp(second_max - top)
+online = (first * first_scale + second * second_scale) / (
+    first_sums * first_scale + second_sums * second_scale
+)
+values = {name: np.random.default_rng(5).standard_normal((256, 32)) for name in "QKV"}
+(chosen_attention,) = attention.chosen
+split_attention = to_term(online.expr)
+np.testing.assert_allclose(
+    evaluate(split_attention, values), evaluate(chosen_attention, values), rtol=1e-9
+)
+chosen_flops, split_flops = work_flops([chosen_attention]), work_flops([split_attention])
+print(f"flops: chosen {chosen_flops:,.0f}, split {split_flops:,.0f}")
+assert chosen_flops < split_flops
