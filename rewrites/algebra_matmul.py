@@ -27,7 +27,8 @@ XYC = {"x": TExpr, "y": TExpr, "c": TExpr}
 XYP = {"x": TExpr, "y": TExpr, "p": Vec[i64]}
 XYR = {"x": TExpr, "y": TExpr, "r": TExpr}
 XYV = {"x": TExpr, "y": TExpr, "v": f64}
-KEY_HALVES = {"x_shape": Vec[i64], "y_shape": Vec[i64], "k": i64, "h": i64}  # key_halves binds
+# what key_halves binds
+KEY_HALVES = {"x_shape": Vec[i64], "y_shape": Vec[i64], "k": i64, "h": i64, "d": i64}
 
 
 def matmul(a: TExpr, b: TExpr) -> TExpr:
@@ -217,9 +218,9 @@ def per_row(x: TExpr, i: i64, s: Vec[i64]) -> list[FactLike]:
 
 
 def key_halves(
-    x: TExpr, y: TExpr, i: i64, x_shape: Vec[i64], y_shape: Vec[i64], k: i64, h: i64
+    x: TExpr, y: TExpr, i: i64, x_shape: Vec[i64], y_shape: Vec[i64], k: i64, h: i64, d: i64
 ) -> list[FactLike]:
-    """x is (..., n, k) with k >= 2, its softmax over its last axis i; h = k / 2 keys first."""
+    """x is (..., n, k), k >= 2, softmax over its last axis i; y is (..., k, d); h = k / 2."""
     return [
         eq(x_shape).to(shape_of(x)),
         eq(y_shape).to(shape_of(y)),
@@ -228,14 +229,28 @@ def key_halves(
         eq(k).to(x_shape[i]),
         k >= i64(2),
         eq(h).to(k / 2),
+        eq(d).to(y_shape[i]),
     ]
 
 
-def _block(x: TExpr, shape: Vec[i64], axis: i64, start: i64, extent: i64) -> TExpr:
-    """x[..., start : start + extent, ...] along `axis` (x of `shape`), the others whole."""
+def _zeros_ones(shape: Vec[i64]) -> tuple[Vec[i64], Vec[i64]]:
+    """Vectors of zeros and of ones as long as `shape`: a slice's starts and steps."""
     zeros = shape.map(UnstableFn(i64.__mul__, i64(0)))
-    ones = zeros.map(UnstableFn(i64.__add__, i64(1)))
-    return TExpr.slice(x, zeros.set(axis, start), ones, shape.set(axis, extent))
+    return zeros, zeros.map(UnstableFn(i64.__add__, i64(1)))
+
+
+def _key_columns(x: TExpr, shape: Vec[i64], start: i64, keys: i64) -> TExpr:
+    """x[..., start : start + keys], x of `shape`. (Vectors are rebuilt with pop and push:
+    egglog's vec-set panics on an index out of range: `eqsat.rewrites.algebra_facts`.)"""
+    zeros, ones = _zeros_ones(shape)
+    return TExpr.slice(x, zeros.pop().push(start), ones, shape.pop().push(keys))
+
+
+def _key_rows(y: TExpr, shape: Vec[i64], start: i64, keys: i64, d: i64) -> TExpr:
+    """y[..., start : start + keys, :], y of `shape` with d columns."""
+    zeros, ones = _zeros_ones(shape)
+    starts = zeros.pop().pop().push(start).push(i64(0))
+    return TExpr.slice(y, starts, ones, shape.pop().pop().push(keys).push(d))
 
 
 def online_softmax(
@@ -247,6 +262,7 @@ def online_softmax(
     y_shape: Vec[i64],
     k: i64,
     h: i64,
+    d: i64,
 ) -> TExpr:
     """The right side of online-softmax-matmul: two key blocks, each normalized by its own
     maximum, rescaled to the larger of the two (FlashAttention's running max, sum and
@@ -255,8 +271,8 @@ def online_softmax(
     def key_block(start: i64, keys: i64) -> tuple[TExpr, TExpr, TExpr]:
         """The unnormalized attention exp(x_b - m_b) @ y_b of keys start .. start + keys
         (columns of x's last axis i, rows of y), its row sums and its row maxima m_b."""
-        x_block = _block(x, x_shape, i, start, keys)
-        y_block = _block(y, y_shape, i - 1, start, keys)
+        x_block = _key_columns(x, x_shape, start, keys)
+        y_block = _key_rows(y, y_shape, start, keys, d)
         numerator, sums = softmax_parts(x_block, i, s)
         maxima = TExpr.reshape(TExpr.reduce("max", i, x_block), s)
         return matmul(numerator, y_block), sums, maxima
