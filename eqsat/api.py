@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypedDict
 
+import numpy as np
 from egglog import EGraph
 
 from eqsat import compile_cache
@@ -25,6 +26,8 @@ from eqsat.backend_c.isa import GCC_FLAGS
 from eqsat.backend_c.kernel import Kernel, TensorSpec, kernel_entry
 from eqsat.core import dtypes, shapes
 from eqsat.core.errors import ArgumentError
+from eqsat.core.interp import evaluate
+from eqsat.core.measure import agreement
 from eqsat.core.pretty import format_loops, format_tensor
 from eqsat.core.progress import Progress
 from eqsat.core.saturate import Limits, SaturationReport, saturate
@@ -61,6 +64,14 @@ ALGEBRA_SLACK = 2.0
 # predicted as fast (one 9% slower, a 10 us MLP), and attention 256x32 optimized in 0.7 s, not 1.4.
 CANDIDATES_UP_TO_NODES = 5_000
 
+
+# The stage-1 forms of a program of at most this many flops are run by the interpreter on random
+# inputs and dropped where they disagree with the written program (`_agreeing`): a wrong merge in
+# the e-graph then costs speed, not a wrong answer. egglog merged `a + b` with `a * b` on a uint32
+# product in about one full test run of 14 under load, a merge no rule explains (cause not found,
+# docs/MEASUREMENTS.md). Of the sweep's shapes (seeds 0 and 1), 58 are this small: checked in at
+# most 42 ms, none dropped.
+CHECKED_UP_TO_FLOPS = 2e6
 
 # A kernel whose roofline time (`roofline_seconds`) is under this is small: its loop stage stops
 # at `Limits.small_kernel_nodes`, since a longer search can save microseconds a call and costs
@@ -109,6 +120,8 @@ class Optimized:
     output_dtypes: tuple[str, ...]
     # the loop stage's node budget when it was `Limits.small_kernel_nodes` (a small kernel)
     small_kernel_nodes: int | None = None
+    # stage-1 forms dropped because they disagreed with the written program (`_agreeing`)
+    disagreeing_forms: int = 0
 
     @property
     def cost(self) -> float:
@@ -212,6 +225,14 @@ class Optimized:
             "chosen:  " + self.expr,
             self._numerics(),
             *(stage.summary() for stage in self.stages),
+            *(
+                [
+                    f"  {self.disagreeing_forms} extracted form(s) disagreed with the written "
+                    "program on random inputs and were dropped (a wrong merge in the e-graph)"
+                ]
+                if self.disagreeing_forms
+                else []
+            ),
             *(
                 [
                     f"  loop stage budget: {self.small_kernel_nodes:,} e-nodes (a small kernel: "
@@ -323,8 +344,9 @@ def _optimize_algebra(
     progress: Progress,
     extra_rules: Sequence[Identity],
     assume_finite: bool,
-) -> tuple[list[list[Term]], SaturationReport, SerializedGraph]:
-    """The algebraic forms worth scheduling, cheapest first, and the stage's report.
+) -> tuple[list[list[Term]], int, SaturationReport, SerializedGraph]:
+    """The algebraic forms worth scheduling, cheapest first, how many extracted forms were
+    dropped for disagreeing with `roots` (`_agreeing`), and the stage's report.
 
     With one output, up to ALGEBRA_CANDIDATES forms of different flop + byte estimates are kept,
     each within ALGEBRA_SLACK of the cheapest (forms of equal estimate, like a + b and b + a,
@@ -351,7 +373,9 @@ def _optimize_algebra(
             for k in range(len(roots))
         ]
         report.extracted(all(e.complete for e in extractions), time.monotonic() - start)
-        return [[extraction[0][0] for extraction in extractions]], report, graph
+        forms = [[extraction[0][0] for extraction in extractions]]
+        agreeing = _agreeing(forms, roots, assume_finite)
+        return agreeing or [roots], len(forms) - len(agreeing), report, graph
     ranked = graph.extract_top(
         graph.root("root0"), cost, 4 * ALGEBRA_CANDIDATES, deadline, written=roots
     )
@@ -361,7 +385,40 @@ def _optimize_algebra(
     for term, estimate in ranked:
         if len(by_estimate) < ALGEBRA_CANDIDATES and estimate <= ALGEBRA_SLACK * best_cost:
             by_estimate.setdefault(estimate, term)
-    return [[term] for term in by_estimate.values()], report, graph
+    forms = [[term] for term in by_estimate.values()]
+    agreeing = _agreeing(forms, roots, assume_finite)
+    return agreeing or [roots], len(forms) - len(agreeing), report, graph
+
+
+def _agreeing(forms: list[list[Term]], roots: list[Term], assume_finite: bool) -> list[list[Term]]:
+    """The forms that compute what `roots` compute, when the program has at most
+    CHECKED_UP_TO_FLOPS (else all of them): the interpreter runs both on seeded standard-normal
+    inputs in float64, and they must agree within ARCHITECTURE §9's tolerance, NaN and ±inf at the
+    same places; under `assume_finite`, only where the written program's values are finite."""
+    if work_flops(roots) > CHECKED_UP_TO_FLOPS:
+        return forms
+    rng = np.random.default_rng(0)
+    inputs = {name: rng.standard_normal(shape) for name, shape, _ in collect_inputs(roots)}
+    with np.errstate(all="ignore"):
+        wanted = [np.asarray(evaluate(root, inputs), dtype=np.float64) for root in roots]
+
+        def agrees(form: list[Term]) -> bool:
+            for term, want in zip(form, wanted, strict=True):
+                got = np.asarray(evaluate(term, inputs), dtype=np.float64)
+                if got.shape != want.shape:
+                    return False
+                finite = np.isfinite(want)
+                if not assume_finite and not np.array_equal(finite, np.isfinite(got)):
+                    return False
+                if not assume_finite and not np.array_equal(
+                    want[~finite], got[~finite], equal_nan=True
+                ):
+                    return False
+                if not agreement(got[finite], want[finite], "float64").ok:
+                    return False
+            return True
+
+        return [form for form in forms if agrees(form)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -472,7 +529,7 @@ def optimize(
     flattened = shapes.infer(terms[0]) if is_flattenable(terms) else None
     if flattened is not None:
         terms = flatten(terms)
-    forms, algebra_report, algebra_graph = _optimize_algebra(
+    forms, disagreeing, algebra_report, algebra_graph = _optimize_algebra(
         terms, limits, reporter, extra_rules, assume_finite
     )
     finite_only = {i.name for i in (*ALGEBRA_IDENTITIES, *extra_rules) if i.finite_only}
@@ -501,6 +558,7 @@ def optimize(
         assume_finite=assume_finite,
         finite_only_fired=tuple(sorted(finite_only & fired)),
         flattened=flattened,
+        disagreeing_forms=disagreeing,
         algebra_graph=algebra_graph,
         loop_graph=best.graph,
         input_dtypes=tuple(

@@ -204,6 +204,31 @@ def test_optimized_draws_both_e_graphs_with_the_choice_highlighted() -> None:
         best.draw("lowering")
 
 
+def test_a_form_that_disagrees_with_the_written_program_is_dropped() -> None:
+    """A wrong merge in the stage-1 e-graph (here a user's unsound rule, x + x -> x) costs speed,
+    not a wrong answer: the extracted form disagrees with the written program on random inputs,
+    so the written program is scheduled instead, and the report says so."""
+    from eqsat.core.terms import TExpr
+    from eqsat.rewrites.rule import Identity
+
+    x = eqsat.tensor("x", (8,))
+    unsound = Identity(
+        "mine-drop-sum",
+        "x + x -> x",
+        {"x": TExpr},
+        lambda x: TExpr.binary("add", x, x),
+        lambda x: x,
+    )
+    optimized = eqsat.optimize(x + x, extra_rules=[unsound], progress=False)
+    assert optimized.stages[0].matches["mine-drop-sum"] > 0
+    assert optimized.expr == "(x + x)" and optimized.disagreeing_forms >= 1
+    assert "disagreed with the written program" in optimized.report()
+    kernel = eqsat.compile(x + x, extra_rules=[unsound], progress=False, cache=False)
+    values = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(kernel(values), values + values)
+    assert eqsat.optimize(x + x, progress=False).disagreeing_forms == 0
+
+
 def test_extra_rules_reach_stage_one_and_may_not_reuse_a_built_in_name() -> None:
     from eqsat.core.terms import TExpr
     from eqsat.rewrites.algebra import IDENTITIES
