@@ -468,8 +468,8 @@ def _read(egraph: EGraph) -> tuple[dict[str, list[_Node]], dict[str, str]]:
     which the extraction's tie-breaks and worklist order depend: functions in table order, each
     row's literal values (output, then inputs; a container's items before it) added when first met,
     then the row's node. A literal's node has op "literal" and its value in `literal`; a Vec's node
-    has op "Vec" and its items as children. (egglog numbers an i64 outside [0, 2**31) by an internal
-    index; its e-class id here holds the value instead, which is just as unique.)
+    has op "Vec" and its items as children. A literal's e-class id holds its value (`{sort}-{repr}`,
+    a container's `{sort}-({item ids})`), where the JSON has egglog's number for it.
     """
     tables = egraph._egraph
     python_names = egraph._state.op_mapping()
@@ -485,25 +485,30 @@ def _read(egraph: EGraph) -> tuple[dict[str, list[_Node]], dict[str, str]]:
         return class_ids[sort].__getitem__
 
     def literal_class(sort: str, value: Any) -> str:
-        """The e-class of a literal value, adding its node when first met."""
+        """The e-class of a literal value, adding its node when first met. Its id is made of
+        what the value holds (a string's text, a float's repr, a container's items), not of
+        `value_to_i64`: in long test processes a unary node came out with the op "mul", and a
+        uint32 product's `a + b` as `a * b`, which two strings sharing one literal e-class
+        would explain (not confirmed; docs/MEASUREMENTS.md)."""
         if "[" not in sort:
             sort = sort.removeprefix("egglog.builtins.")  # a container's item sort
-        eclass = class_id(sort)(value)
-        if eclass in classes:
-            return eclass
         if sort.startswith(_CONTAINERS):
             vector = sort.startswith(_CONTAINERS[0])
+            item_sort = sort[sort.index("[") + 1 : -1]
             items = (
                 tables.value_to_vec(value)
                 if vector
-                else sorted(tables.value_to_set(value), key=tables.value_to_i64)
+                else sorted(tables.value_to_set(value), key=tables.value_to_i64)  # JSON's order
             )
-            item_sort = sort[sort.index("[") + 1 : -1]
             children = tuple(literal_class(item_sort, item) for item in items)
+            eclass = f"{sort}-({','.join(children if vector else sorted(children))})"
             node = _Node(f"primitive-{eclass}", "Vec" if vector else "literal", children, None)
         else:
-            node = _Node(f"primitive-{eclass}", "literal", (), _LITERALS[sort](tables, value))
-        classes[eclass] = [node]
+            literal = _LITERALS[sort](tables, value)
+            eclass = f"{sort}-{literal!r}"
+            node = _Node(f"primitive-{eclass}", "literal", (), literal)
+        if eclass not in classes:
+            classes[eclass] = [node]
         return eclass
 
     def reader(sort: str) -> Callable[[Any], str]:

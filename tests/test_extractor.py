@@ -93,7 +93,41 @@ def json_classes(egraph: EGraph) -> dict[str, list[Node]]:
             continue
         children = tuple(raw[child]["eclass"] for child in node["children"])
         classes.setdefault(eclass, []).append((key, op, children, literal))
-    return classes
+    return _literals_by_value(classes, {eclass: data["type"] for eclass, data in types.items()})
+
+
+def _literals_by_value(
+    classes: dict[str, list[Node]], types: dict[str, str]
+) -> dict[str, list[Node]]:
+    """`classes` with each literal e-class named by its value, as `SerializedGraph` names it
+    (`{sort}-{repr}`, a container `{sort}-({item ids})`), where the JSON has egglog's number."""
+    names: dict[str, str] = {}
+
+    def name(eclass: str) -> str:
+        if eclass not in names:
+            _, op, children, literal = classes[eclass][0]
+            if op == "Vec" or types[eclass].startswith("egglog.builtins.Set["):
+                items = [name(c) for c in children]
+                items = items if op == "Vec" else sorted(items)
+                names[eclass] = f"{types[eclass]}-({','.join(items)})"
+            elif op == "literal":
+                names[eclass] = f"{types[eclass]}-{literal!r}"
+            else:
+                names[eclass] = eclass
+        return names[eclass]
+
+    return {
+        name(eclass): [
+            (
+                f"primitive-{name(eclass)}" if key.startswith("primitive-") else key,
+                op,
+                tuple(name(c) for c in children),
+                literal,
+            )
+            for key, op, children, literal in nodes
+        ]
+        for eclass, nodes in classes.items()
+    }
 
 
 def plain_top(
