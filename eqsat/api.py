@@ -374,18 +374,17 @@ def _optimize_algebra(
         ]
         report.extracted(all(e.complete for e in extractions), time.monotonic() - start)
         forms = [[extraction[0][0] for extraction in extractions]]
-        agreeing = _agreeing(forms, roots, assume_finite)
-        return agreeing or [roots], len(forms) - len(agreeing), report, graph
-    ranked = graph.extract_top(
-        graph.root("root0"), cost, 4 * ALGEBRA_CANDIDATES, deadline, written=roots
-    )
-    report.extracted(ranked.complete, time.monotonic() - start)
-    best_cost = ranked[0][1]
-    by_estimate: dict[float, Term] = {}
-    for term, estimate in ranked:
-        if len(by_estimate) < ALGEBRA_CANDIDATES and estimate <= ALGEBRA_SLACK * best_cost:
-            by_estimate.setdefault(estimate, term)
-    forms = [[term] for term in by_estimate.values()]
+    else:
+        ranked = graph.extract_top(
+            graph.root("root0"), cost, 4 * ALGEBRA_CANDIDATES, deadline, written=roots
+        )
+        report.extracted(ranked.complete, time.monotonic() - start)
+        best_cost = ranked[0][1]
+        by_estimate: dict[float, Term] = {}
+        for term, estimate in ranked:
+            if len(by_estimate) < ALGEBRA_CANDIDATES and estimate <= ALGEBRA_SLACK * best_cost:
+                by_estimate.setdefault(estimate, term)
+        forms = [[term] for term in by_estimate.values()]
     agreeing = _agreeing(forms, roots, assume_finite)
     return agreeing or [roots], len(forms) - len(agreeing), report, graph
 
@@ -408,13 +407,11 @@ def _agreeing(forms: list[list[Term]], roots: list[Term], assume_finite: bool) -
                 if got.shape != want.shape:
                     return False
                 finite = np.isfinite(want)
-                if not assume_finite and not np.array_equal(finite, np.isfinite(got)):
-                    return False
-                if not assume_finite and not np.array_equal(
-                    want[~finite], got[~finite], equal_nan=True
-                ):
-                    return False
-                if not agreement(got[finite], want[finite], "float64").ok:
+                specials_agree = assume_finite or (
+                    np.array_equal(finite, np.isfinite(got))
+                    and np.array_equal(want[~finite], got[~finite], equal_nan=True)
+                )
+                if not specials_agree or not agreement(got[finite], want[finite], "float64").ok:
                     return False
             return True
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -10,7 +11,9 @@ from hypothesis import HealthCheck, given, settings
 
 import eqsat
 from eqsat.core.saturate import Limits
+from eqsat.core.terms import TExpr
 from eqsat.extract.machine import host
+from eqsat.rewrites.rule import Identity
 from tests.machines import PINNED
 from tests.programs import Program, assert_close, programs, reference
 
@@ -204,21 +207,17 @@ def test_optimized_draws_both_e_graphs_with_the_choice_highlighted() -> None:
         best.draw("lowering")
 
 
+def rewrite_of_x_plus_x(name: str, text: str, rhs: Callable[[TExpr], TExpr]) -> Identity:
+    """A user's identity `x + x -> rhs(x)` named `name`."""
+    return Identity(name, text, {"x": TExpr}, lambda x: TExpr.binary("add", x, x), rhs)
+
+
 def test_a_form_that_disagrees_with_the_written_program_is_dropped() -> None:
     """A wrong merge in the stage-1 e-graph (here a user's unsound rule, x + x -> x) costs speed,
     not a wrong answer: the extracted form disagrees with the written program on random inputs,
     so the written program is scheduled instead, and the report says so."""
-    from eqsat.core.terms import TExpr
-    from eqsat.rewrites.rule import Identity
-
     x = eqsat.tensor("x", (8,))
-    unsound = Identity(
-        "mine-drop-sum",
-        "x + x -> x",
-        {"x": TExpr},
-        lambda x: TExpr.binary("add", x, x),
-        lambda x: x,
-    )
+    unsound = rewrite_of_x_plus_x("mine-drop-sum", "x + x -> x", lambda x: x)
     optimized = eqsat.optimize(x + x, extra_rules=[unsound], progress=False)
     assert optimized.stages[0].matches["mine-drop-sum"] > 0
     assert optimized.expr == "(x + x)" and optimized.disagreeing_forms >= 1
@@ -230,17 +229,11 @@ def test_a_form_that_disagrees_with_the_written_program_is_dropped() -> None:
 
 
 def test_extra_rules_reach_stage_one_and_may_not_reuse_a_built_in_name() -> None:
-    from eqsat.core.terms import TExpr
     from eqsat.rewrites.algebra import IDENTITIES
-    from eqsat.rewrites.rule import Identity
 
     x = eqsat.tensor("x", (8,))
-    double = Identity(
-        "mine-add-self",
-        "x + x -> x * 2",
-        {"x": TExpr},
-        lambda x: TExpr.binary("add", x, x),
-        lambda x: TExpr.binary("mul", x, TExpr.const(2.0)),
+    double = rewrite_of_x_plus_x(
+        "mine-add-self", "x + x -> x * 2", lambda x: TExpr.binary("mul", x, TExpr.const(2.0))
     )
     best = eqsat.optimize(x + x, extra_rules=[double], progress=False)
     assert best.stages[0].matches["mine-add-self"] == 1
