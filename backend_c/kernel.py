@@ -24,8 +24,9 @@ from eqsat.backend_c.abi import C_TYPES
 from eqsat.backend_c.build import Library, build_library
 from eqsat.backend_c.entry import extension_source
 from eqsat.core import dtypes
-from eqsat.core.errors import ArgumentError, DTypeError, InexactInputError, ShapeError
+from eqsat.core.errors import ArgumentError, DTypeError, InexactInputError, IsaError, ShapeError
 from eqsat.core.saturate import SaturationReport
+from eqsat.extract.machine import host, runs_on_host
 
 POOL_MIN_BYTES = 1 << 20  # smaller arrays come from malloc's free lists without page faults
 ALIGNMENT = 64  # bytes: a vector store never straddles two cache lines
@@ -100,6 +101,7 @@ class Kernel:
         outputs: Sequence[TensorSpec],
         dtype: str,
         returns_tuple: bool,
+        isa: str,
         c_source: str,
         explanation: str,
         stages: Sequence[SaturationReport] = (),
@@ -112,6 +114,9 @@ class Kernel:
            same arguments (then calls of the common case run in C, `entry.py`);
         2. `dtype` is a key of `abi.C_TYPES`; input names are distinct;
         3. `returns_tuple` is True when there is more than one output;
+        3a. `library` was compiled for ISA level `isa`. Where this host cannot run it
+           (`runs_on_host`), every call raises IsaError once its arguments are checked: the
+           kernel is built and inspectable, never executed;
         4. the specs' dtypes are `dtypes.INPUT_DTYPES` whose values `dtype` holds exactly, or
            up to 2**53 for int64 and uint64 (checked at each call). Inputs and outputs of
            another dtype than `dtype` are converted on each call (a copy), without the C entry.
@@ -127,7 +132,8 @@ class Kernel:
             raise ValueError(f"{len(outputs)} outputs need returns_tuple=True and at least one")
         self._library = library  # keeps the shared library loaded while the kernel lives
         self._symbol = symbol
-        self._function = getattr(library.lib, symbol)
+        self._isa = isa
+        self._function = getattr(library.lib, symbol) if runs_on_host(isa) else self._refuse
         self._from_buffer = library.ffi.from_buffer
         self._inputs = tuple(replace(spec, dtype=spec.dtype or dtype) for spec in inputs)
         self._input_names = names
@@ -141,7 +147,10 @@ class Kernel:
         module = library.extension
         self._entry = (
             getattr(module, symbol)
-            if module is not None and self._output_pool.all_small and not self._converts
+            if module is not None
+            and self._output_pool.all_small
+            and not self._converts
+            and runs_on_host(isa)
             else None
         )
         self._c_source = c_source
@@ -174,6 +183,11 @@ class Kernel:
         Called with the inputs positionally, it returns what the Kernel would, or
         NotImplemented for any other call than the common case: then call the Kernel."""
         return self._entry
+
+    @property
+    def isa(self) -> str:
+        """The ISA level the kernel was compiled for ("avx512", "avx2" or "scalar")."""
+        return self._isa
 
     @property
     def c_source(self) -> str:
@@ -217,7 +231,7 @@ class Kernel:
         exactly its declared shape. Otherwise, before any C runs, ArgumentError (missing,
         unknown, repeated or extra argument; not an ndarray), DTypeError, ShapeError or
         InexactInputError (an int64 beyond 2**53): each an EqsatError and a TypeError or
-        ValueError.
+        ValueError. Then IsaError where this host cannot run the kernel's ISA level.
         """
         if kwargs or len(args) != len(self._inputs):
             args = self._bind(args, kwargs)
@@ -261,6 +275,10 @@ class Kernel:
                 )
         return results if self._returns_tuple else results[0]
 
+    def _refuse(self, *pointers: Any) -> None:
+        """The C function's stand-in where this host cannot run the kernel's ISA."""
+        raise IsaError(self._isa, host().isa)
+
     def __copy__(self) -> Kernel:
         """A shallow copy: the same library and outputs pool (`__reduce__` is for pickling)."""
         clone = Kernel.__new__(Kernel)
@@ -276,6 +294,7 @@ class Kernel:
             "outputs": self._outputs,
             "dtype": self._dtype,
             "returns_tuple": self._returns_tuple,
+            "isa": self._isa,
             "c_source": self._c_source,
             "explanation": self._explanation,
             "stages": self._stages,

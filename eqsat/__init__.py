@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load lazily (
         EqsatError,
         IndexingError,
         InexactInputError,
+        IsaError,
         ShapeError,
         UnsupportedError,
     )
@@ -58,6 +59,7 @@ _PUBLIC = {
             "EqsatError",
             "IndexingError",
             "InexactInputError",
+            "IsaError",
             "ShapeError",
             "UnsupportedError",
         ],

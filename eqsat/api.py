@@ -702,6 +702,7 @@ def load_kernel(record: compile_cache.KernelRecord) -> Kernel:
     return Kernel(
         library=library,
         **signature,
+        isa=record.isa,
         c_source=record.c_source,
         explanation=record.explanation,
         stages=record.stages,

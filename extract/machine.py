@@ -5,6 +5,10 @@ Measured peaks (flops, bandwidth per memory level) are an optional `Calibration`
 `host()` leaves it None (instant); `eqsat.backend_c.calibrate.calibrated_host()` fills it in
 (a short run, cached on disk); tests build `Machine(..., calibration=Calibration(...))` with
 made-up figures.
+
+`EQSAT_MAX_ISA` (avx512, avx2 or scalar) caps the host's ISA level for a whole process: an
+AVX-512 machine then optimizes, calibrates and runs kernels as an AVX2 (or plain x86-64) one
+would, which is how the test suite proves it passes on such hosts (ARCHITECTURE §7, "Any host").
 """
 
 from __future__ import annotations
@@ -73,12 +77,13 @@ class Machine:
             return DEFAULT_CLOCK_HZ
 
     def with_isa(self, isa: str) -> Machine:
-        """The same machine with a lower ISA level forced (for tests and comparisons)."""
+        """The same machine targeting ISA level `isa`, any of ISA_LEVELS (for tests and
+        comparisons). A level above what the host runs (`runs_on_host`) is still optimized
+        for, emitted and compiled; its kernel refuses to run (`eqsat.backend_c.kernel`). The
+        calibration stays: it measured the hardware."""
         if isa not in ISA_LEVELS:
             raise ValueError(f"unknown ISA {isa!r}; expected one of {ISA_LEVELS}")
-        if ISA_LEVELS.index(isa) < ISA_LEVELS.index(self.isa):
-            raise ValueError(f"this machine cannot run {isa} (it has {self.isa})")
-        return replace(self, isa=isa)  # the calibration stays: it measured the hardware
+        return replace(self, isa=isa)
 
 
 def _cpuinfo(field_name: str) -> str:
@@ -105,7 +110,25 @@ def cpu_model() -> str:
 
 
 def best_isa(flags: frozenset[str]) -> str:
+    """The highest ISA level whose instructions `flags` (a /proc/cpuinfo flags set) all name."""
     return next(isa for isa in ISA_LEVELS if _ISA_REQUIRES[isa] <= flags)
+
+
+def isa_cap() -> str | None:
+    """The ISA level `EQSAT_MAX_ISA` caps the host at (None where it is unset or empty).
+    Raises ValueError naming the variable if it holds anything but one of ISA_LEVELS."""
+    cap = os.environ.get("EQSAT_MAX_ISA", "").strip().lower()
+    if not cap:
+        return None
+    if cap not in ISA_LEVELS:
+        raise ValueError(f"EQSAT_MAX_ISA={cap!r} is not an ISA level; expected one of {ISA_LEVELS}")
+    return cap
+
+
+def runs_on_host(isa: str) -> bool:
+    """Whether this process may execute code built for ISA level `isa`: one at or below
+    `host().isa`."""
+    return ISA_LEVELS.index(isa) >= ISA_LEVELS.index(host().isa)
 
 
 def _cache_size(level: int, default: int) -> int:
@@ -124,14 +147,18 @@ def _cache_size(level: int, default: int) -> int:
 
 @functools.cache
 def host() -> Machine:
-    """The machine this process runs on, without calibration (see the module doc): its cores
-    are those this process may run on, or OMP_NUM_THREADS's first value if fewer."""
+    """The machine this process runs on, without calibration (see the module doc): its ISA
+    level is the CPU's highest (`best_isa`), capped by `isa_cap()`; its cores are those this
+    process may run on, or OMP_NUM_THREADS's first value if fewer."""
     cores = len(os.sched_getaffinity(0))
     first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
     if first.isdigit() and int(first) >= 1:
         cores = min(cores, int(first))
+    isa, cap = best_isa(cpu_flags()), isa_cap()
+    if cap is not None:
+        isa = max(isa, cap, key=ISA_LEVELS.index)  # the lower of the two levels
     return Machine(
-        isa=best_isa(cpu_flags()),
+        isa=isa,
         cores=cores,
         l1_bytes=_cache_size(1, 32 * 1024),
         l2_bytes=_cache_size(2, 1024 * 1024),

@@ -242,7 +242,9 @@ assert 2 * matmul_flops(factored_chosen) == matmul_flops(factored_written)
 assert len(factored.forms) == 2 and factored.cost == min(cost for _, cost in factored.forms)
 factored_nest = format_loops(factored.program.body)
 assert factored_nest.count("(in1[i0, i1] + in2[i0, i1])") == 1  # Y + Z, once
-assert "(in0[i0, k] * t0[k, i1])" in factored_nest  # the product reads it
+# the product reads it: directly, or through panels packed from it (`pk0[k, ...] = t0[k, i1]`),
+# as the cost model of the host decides
+assert "t0[k, i1]" in factored_nest
 display(factored.draw("algebra"))
 
 # %% [markdown]

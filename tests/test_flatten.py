@@ -36,9 +36,10 @@ from eqsat.core.pretty import format_loops
 from eqsat.core.saturate import Limits
 from eqsat.core.terms import Term, to_term
 from eqsat.rewrites.flatten import flatten, is_flattenable
+from tests.isas import ISAS
 from tests.machines import PINNED
 from tests.programs import assert_close
-from tests.test_numerics import ISAS, assert_specials_agree, with_specials
+from tests.test_numerics import assert_specials_agree, with_specials
 
 LIMITS = Limits(nodes=20_000, seconds=0.5, iterations=8, extraction_seconds=0.5)
 FLATTENED = "flattened: elementwise over whole"

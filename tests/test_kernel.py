@@ -18,7 +18,7 @@ import pytest
 from eqsat.backend_c.abi import prototype
 from eqsat.backend_c.build import build_library
 from eqsat.backend_c.kernel import Kernel, TensorSpec, kernel_entry
-from eqsat.core.errors import ArgumentError, DTypeError, EqsatError, ShapeError
+from eqsat.core.errors import ArgumentError, DTypeError, EqsatError, IsaError, ShapeError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHAPE = (3, 4)
@@ -41,9 +41,11 @@ def make_kernel(
     returns_tuple: bool = False,
     *,
     with_entry: bool = False,
+    isa: str = "scalar",
 ) -> Kernel:
     """Build a kernel whose C body is `body` (it may use `in0..`, `out0..`), with its C call
-    entry (`kernel_entry`) if `with_entry`; several outputs return a tuple."""
+    entry (`kernel_entry`) if `with_entry`, labelled as compiled for `isa` (the C is built
+    without ISA flags); several outputs return a tuple."""
     symbol = "test_kernel"
     signature: dict[str, Any] = {
         "symbol": symbol,
@@ -57,7 +59,9 @@ def make_kernel(
     cdef = prototype(symbol, len(inputs), len(outputs), dtype, for_cdef=True) + ";"
     extension = kernel_entry(**signature) if with_entry else None
     library = build_library(source, cdef, [], extension=extension)
-    return Kernel(library=library, **signature, c_source=source, explanation="explanation text")
+    return Kernel(
+        library=library, **signature, isa=isa, c_source=source, explanation="explanation text"
+    )
 
 
 def axpy_kernel(dtype: str = "float32", shape: tuple[int, ...] = SHAPE) -> Kernel:
@@ -147,6 +151,25 @@ def test_kernel_fail_bad_arguments(
     assert isinstance(caught.value, TypeError if error is not ShapeError else ValueError)
     for fragment in fragments:
         assert fragment in str(caught.value)
+
+
+@pytest.mark.parametrize("with_entry", [False, True])
+def test_kernel_fail_isa_the_host_cannot_run(
+    with_entry: bool, capped_isa: Callable[[str], None]
+) -> None:
+    """A kernel built for a level above the host's (here capped at scalar) checks its arguments,
+    then refuses to run with IsaError instead of dying on an illegal instruction."""
+    capped_isa("scalar")
+    size = int(np.prod(SHAPE))
+    body = f"for (size_t i = 0; i < {size}; ++i) out0[i] = in0[i] + 2 * in1[i];"
+    spec = [TensorSpec("x", SHAPE), TensorSpec("y", SHAPE)]
+    kernel = make_kernel(body, spec, [TensorSpec("out0", SHAPE)], with_entry=with_entry, isa="avx2")
+    assert kernel.isa == "avx2" and kernel.fast_entry is None
+    with pytest.raises(ShapeError):
+        kernel(X, Y[:2])
+    with pytest.raises(IsaError, match="compiled for avx2.*runs scalar") as refused:
+        kernel(X, Y)
+    assert (refused.value.isa, refused.value.host_isa) == ("avx2", "scalar")
 
 
 def test_kernel_fail_float64_kernel_rejects_float32() -> None:
@@ -244,6 +267,7 @@ def test_kernel_fail_constructor_preconditions() -> None:
             outputs=outputs,
             dtype=dtype,
             returns_tuple=False,
+            isa="scalar",
             c_source="",
             explanation="",
         )

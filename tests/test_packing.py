@@ -15,6 +15,7 @@ from eqsat.core.interp import run
 from eqsat.core.loops import top_statements
 from eqsat.core.terms import LoopProgram, Term
 from eqsat.rewrites.packing import L1_SET_SPAN, pack_panels
+from tests.isas import ISAS, VECTOR_ISAS
 from tests.machines import PINNED
 from tests.programs import agrees_with_interpreter, assert_close, assert_variant_agrees, compiled
 from tests.test_loops import at, inner, named, nest, outer
@@ -83,15 +84,15 @@ def test_a_reused_block_is_packed_and_the_product_is_unchanged(
     assert "in1" not in repr(top_statements(alloc.args[2])[1])  # type: ignore[arg-type]
 
 
-def test_the_pipeline_packs_a_large_matmul_and_the_kernel_matches_numpy() -> None:
+@pytest.mark.parametrize("isa", ISAS)
+def test_the_pipeline_packs_a_large_matmul_and_the_kernel_matches_numpy(isa: str) -> None:
     a, b = eqsat.tensor("a", (512, 512)), eqsat.tensor("b", (512, 512))
     rng = np.random.default_rng(0)
     x, w = (rng.standard_normal((512, 512), np.float32) for _ in range(2))
-    for isa in ("avx512", "avx2", "scalar"):
-        kernel = eqsat.compile(a @ b, machine=PINNED, isa=isa, progress=False)
-        # (the scalar schedule has no vector loop, the packing's unit-stride condition)
-        assert (" pk0[" in kernel.c_source) == (isa != "scalar"), isa  # the panel's declaration
-        assert_close(kernel(x, w), x @ w, "float32")
+    kernel = eqsat.compile(a @ b, machine=PINNED, isa=isa, progress=False)
+    # (the scalar schedule has no vector loop, the packing's unit-stride condition)
+    assert (" pk0[" in kernel.c_source) == (isa != "scalar"), isa  # the panel's declaration
+    assert_close(kernel(x, w), x @ w, "float32")
 
 
 def test_panels_are_not_packed_without_reuse_or_when_already_contiguous() -> None:
@@ -146,7 +147,7 @@ def _replace_value(term: Term, value: Term) -> Term:
     return Term(term.op, args)
 
 
-@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+@pytest.mark.parametrize("isa", VECTOR_ISAS)
 @settings(max_examples=4, deadline=None)
 @given(
     row_tiles=st.integers(1, 3),

@@ -15,11 +15,10 @@ from eqsat.core.interp import run
 from eqsat.core.loops import axis_extent, mean_trips, trip_runs
 from eqsat.core.terms import LoopProgram, Term
 from eqsat.rewrites.packing import pack_panels
+from tests.isas import ISAS
 from tests.programs import agrees_with_interpreter, assert_close
 from tests.test_loops import at, inner, named, nest, outer
 from tests.test_packing import tiled_matmul
-
-ISAS = ("avx512", "avx2", "scalar")
 
 
 def test_trips_of_the_pieces_of_a_split_with_a_remainder() -> None:

@@ -17,6 +17,7 @@ from eqsat.core.pretty import format_loops
 from eqsat.core.terms import LoopProgram, Term
 from eqsat.rewrites.lowering import seq
 from eqsat.rewrites.row_blocks import fuse_row_blocks
+from tests.isas import ISAS, VECTOR_ISAS
 from tests.machines import PINNED
 from tests.programs import agrees_with_interpreter, assert_variant_agrees
 from tests.test_loops import at, inner, named, nest, outer
@@ -222,7 +223,8 @@ def test_the_cost_model_keeps_the_loops_apart_when_fusing_is_not_cheaper() -> No
     assert fused_tiles(program, lambda body: -fewest_statements(body)) == [4, 8]
 
 
-def test_attention_runs_its_softmax_and_product_one_row_block_at_a_time() -> None:
+@pytest.mark.parametrize("isa", VECTOR_ISAS)
+def test_attention_runs_its_softmax_and_product_one_row_block_at_a_time(isa: str) -> None:
     """The extracted attention nest has the scores' matmul over blocks of columns, the softmax
     and `P @ V` in loops over rows of different tiles; fused, every pass over the rows runs in
     one loop over blocks of rows (only the keys' transposition stays before it), the
@@ -232,7 +234,8 @@ def test_attention_runs_its_softmax_and_product_one_row_block_at_a_time() -> Non
     Q, K, V = (eqsat.tensor(name, shape) for name in "QKV")
     program = eqsat.softmax(Q @ K.T / 8) @ V
     unhurried = eqsat.Limits(seconds=120.0, extraction_seconds=120.0)  # the same on a busy host
-    optimized = eqsat.optimize(program, machine=PINNED, limits=unhurried, progress=False)
+    machine = PINNED.with_isa(isa)
+    optimized = eqsat.optimize(program, machine=machine, limits=unhurried, progress=False)
     nest_text = format_loops(optimized.program.body)
     exps = [line for line in nest_text.splitlines() if "exp(" in line]
     assert exps and all(line.split("[")[1].startswith("i0.inner") for line in exps), nest_text
@@ -240,7 +243,7 @@ def test_attention_runs_its_softmax_and_product_one_row_block_at_a_time() -> Non
     passes = top_statements(top_allocations(optimized.scheduled)[1])
     assert [s.args[0].op for s in passes] == ["Axis.named", "Axis.outer"], nest_text  # type: ignore[union-attr]
     assert "row blocks fused after extraction" in optimized.report()
-    kernel = eqsat.compile(program, machine=PINNED, limits=unhurried, progress=False)
+    kernel = eqsat.compile(program, machine=machine, limits=unhurried, progress=False)
     rng = np.random.default_rng(8)
     values = {name: with_specials(rng, shape, 0.002) for name in "QKV"}
     values["Q"][3, 4] = -0.0
@@ -256,7 +259,7 @@ def test_attention_runs_its_softmax_and_product_one_row_block_at_a_time() -> Non
     assert_specials_agree(kernel(**values), want, wide)
 
 
-@pytest.mark.parametrize("isa", ["avx512", "avx2", "scalar"])
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("passes", ["row blocks of 5 and 8", "column blocks, then rows"])
 def test_fused_row_blocks_compile_to_the_interpreters_values(isa: str, passes: str) -> None:
     """The fused loop (a remainder block of 4 rows included; a column pass run inside the

@@ -22,12 +22,12 @@ from eqsat.core.loops import vectorizable
 from eqsat.core.terms import LoopProgram, Term, to_term
 from eqsat.rewrites.lowering import lower
 from eqsat.rewrites.packing import pack_panels
+from tests.isas import ISAS
 from tests.programs import agrees_with_interpreter, assert_close
 from tests.test_loops import at, inner, named, nest, outer
 from tests.test_packing import tiled_matmul
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
-ISAS = ("avx512", "avx2", "scalar")
 
 
 def vectorized(expr: eqsat.Tensor) -> LoopProgram:

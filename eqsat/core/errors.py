@@ -56,6 +56,21 @@ class CompileError(EqsatError):
         )
 
 
+class IsaError(EqsatError, RuntimeError):
+    """A kernel built for an ISA level (`isa`) this host cannot execute was called: it was
+    compiled with `isa=` above the CPU's level, or above the level EQSAT_MAX_ISA caps it at.
+    Executing it would kill the process with an illegal instruction."""
+
+    def __init__(self, isa: str, host_isa: str) -> None:
+        self.isa = isa
+        self.host_isa = host_isa
+        super().__init__(
+            f"this kernel was compiled for {isa}, which this host does not run (it runs "
+            f"{host_isa}; EQSAT_MAX_ISA may cap it): compile it with isa={host_isa!r} or "
+            "without isa="
+        )
+
+
 class UnsoundMergeError(EqsatError):
     """Saturation merged terms that cannot be equal — two different literals (`TExpr.const(1.0)`
     and `TExpr.const(2.0)`, two inputs) or two tensors of different shapes — so a rewrite rule
