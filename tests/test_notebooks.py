@@ -13,9 +13,14 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
+from eqsat.extract.machine import host
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
 NOTEBOOK_SECONDS = 120.0
+# Notebooks whose claims are about vector code (a register tile's vector loop, a tenfold
+# predicted gain): they hold on AVX2 and AVX-512 hosts, not on a host without vectors.
+VECTOR_NOTEBOOKS = {"01_tour", "03_loops"}
 ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # IPython colours its tracebacks
 
 
@@ -35,6 +40,8 @@ def test_notebook_runs(
 ) -> None:
     """The kernel inherits this environment (the working tree first on its path, the test's
     compile cache) and runs in a temporary directory (hypothesis writes files there)."""
+    if path.stem in VECTOR_NOTEBOOKS and host().isa == "scalar":
+        pytest.skip(f"{path.stem}: its claims are about vector code; this host runs scalar")
     monkeypatch.setenv("EQSAT_CACHE_DIR", str(cache_dir))
     paths = [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
