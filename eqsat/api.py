@@ -653,6 +653,11 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
         if record is not None:
             return load_kernel(record).with_note(f"(answered from the compile cache: {path})")
         kernel = optimized_kernel()
+        if any(stage.on_clock for stage in kernel.stages):
+            return kernel.with_note(
+                "(not kept in the compile cache: a stage stopped on its clock safety net, so "
+                "another compile may choose otherwise)"
+            )
         compile_cache.store(path, _record(kernel, machine.isa))
         return kernel
 

@@ -92,6 +92,23 @@ def test_a_new_process_answers_from_the_cache(cache: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    "limits",
+    [Limits(seconds=0.0), Limits(extraction_seconds=0.0)],
+    ids=["stage time limit", "extraction deadline"],
+)
+def test_a_stop_on_the_clock_is_not_cached(
+    limits: Limits, optimizer_runs: list[int], cache: Path
+) -> None:
+    """A kernel a safety net shaped depends on the machine's speed: it is returned, said so,
+    and the next compile searches again."""
+    for _ in range(2):
+        kernel = eqsat.compile(program(), progress=False, limits=limits)
+        assert any(stage.on_clock for stage in kernel.stages)
+        assert "not kept in the compile cache: a stage stopped on its clock" in kernel.explain()
+    assert len(optimizer_runs) == 2 and not entries(cache)
+
+
+@pytest.mark.parametrize(
     "option",
     [
         {"limits": Limits(iterations=3)},
