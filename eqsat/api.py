@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypedDict
 
@@ -34,7 +34,7 @@ from eqsat.core.saturate import Limits, SaturationReport, saturate
 from eqsat.core.terms import Arg, LoopProgram, Term, to_egglog, to_term
 from eqsat.extract.extractor import NodeCost, SerializedGraph
 from eqsat.extract.loop_cost import CACHE_USE, Estimate, LoopCost
-from eqsat.extract.machine import Machine, cpu_model
+from eqsat.extract.machine import Machine, cpu_model, runs_on_host
 from eqsat.extract.tensor_cost import TensorCost, roofline_seconds, work_flops
 from eqsat.frontend import Tensor
 from eqsat.rewrites.algebra import IDENTITIES as ALGEBRA_IDENTITIES
@@ -47,6 +47,7 @@ from eqsat.rewrites.packing import pack_panels
 from eqsat.rewrites.row_blocks import fuse_row_blocks
 from eqsat.rewrites.rule import Identity
 from eqsat.rewrites.schedule import ROOT, schedule
+from eqsat.validation import check_kernel
 from eqsat.view.egraph_view import EGraphPicture, draw_egraph
 
 SYMBOL = "eqsat_kernel"
@@ -578,6 +579,7 @@ class CompileOptions(TypedDict, total=False):
     extra_rules: Sequence[Identity]
     cache: bool
     assume_finite: bool
+    check: bool
 
 
 def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITECTURE §8)
@@ -592,6 +594,7 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
     extra_rules: Sequence[Identity] = (),
     cache: bool = True,
     assume_finite: bool = False,
+    check: bool = True,
 ) -> Kernel:
     """Optimize `outputs` and build a C kernel for them.
 
@@ -603,7 +606,11 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
     compile cache (`eqsat.autotune`); `progress`, `extra_rules` and `assume_finite` as in
     `optimize`. A compile that was done before (same program, options, machine and eqsat)
     answers from the compile cache (`eqsat.compile_cache`) without optimizing again;
-    `cache=False` neither reads nor writes it. Raises CompileError if the C compiler fails."""
+    `cache=False` neither reads nor writes it. With `check` (the default), the kernel is run on
+    seeded inputs and compared with the program as written (`eqsat.validation`) before it is
+    returned or cached; one that disagrees, or whose optimized nest fails to build, is replaced by
+    the written program's plain loop nest, not cached, and `explain()` says so. Raises
+    CompileError if the C compiler fails on the plain nest too."""
     tensors, returns_tuple = _outputs(outputs)
     limits = limits or Limits()
     machine = machine or calibrated_host(announce=Progress(enabled=progress).say)
@@ -615,7 +622,8 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
         machine = replace(machine, cores=threads)
     candidates = DEFAULT_CANDIDATES if autotune is True else int(autotune)  # False: none
 
-    def optimized_kernel() -> Kernel:
+    def optimized_kernel() -> tuple[Kernel, bool]:
+        """The kernel, and whether it may be cached (it was checked, if asked, and agreed)."""
         best = optimize(
             tensors,
             limits=limits,
@@ -624,17 +632,23 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
             extra_rules=extra_rules,
             assume_finite=assume_finite,
         )
-        if candidates:
-            return fastest(
-                best,
-                candidates,
-                lambda program: build(program, best, returns_tuple=returns_tuple),
-                progress=progress,
-            )
-        return build(best.program, best, returns_tuple=returns_tuple)
+
+        def optimized() -> Kernel:
+            if candidates:
+                return fastest(
+                    best,
+                    candidates,
+                    lambda program: build(program, best, returns_tuple=returns_tuple),
+                    progress=progress,
+                )
+            return build(best.program, best, returns_tuple=returns_tuple)
+
+        if not check:
+            return optimized(), True
+        return _checked(optimized, best, returns_tuple)
 
     if not cache:
-        return optimized_kernel()
+        return optimized_kernel()[0]
     key = compile_cache.entry_key(
         [
             [str(to_term(t.expr)) for t in tensors],
@@ -646,13 +660,16 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
             [[str(rule.egglog_rule()), rule.finite_only] for rule in extra_rules],
             candidates,
             assume_finite,
+            check,
         ]
     )
     with compile_cache.locked(key) as path:
         record = compile_cache.lookup(path)
         if record is not None:
             return load_kernel(record).with_note(f"(answered from the compile cache: {path})")
-        kernel = optimized_kernel()
+        kernel, trusted = optimized_kernel()
+        if not trusted:
+            return kernel.with_note("(not kept in the compile cache: it is not the optimized one)")
         if any(stage.on_clock for stage in kernel.stages):
             return kernel.with_note(
                 "(not kept in the compile cache: a stage stopped on its clock safety net, so "
@@ -660,6 +677,39 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
             )
         compile_cache.store(path, _record(kernel, machine.isa))
         return kernel
+
+
+def _checked(
+    optimized: Callable[[], Kernel], best: Optimized, returns_tuple: bool
+) -> tuple[Kernel, bool]:
+    """The kernel `optimized` builds, if it builds and agrees with the program as written
+    (`check_kernel`); else the written program's plain loop nest (`lower(best.original)`). The
+    flag is False for the plain nest: it is not the optimizer's answer, and is not cached."""
+    try:
+        kernel = optimized()
+    except Exception as failure:  # an optimized nest that cannot be emitted or compiled is a bug
+        problem = f"its optimized nest failed to build ({type(failure).__name__}: {failure})"
+    else:
+        if not runs_on_host(kernel.isa):
+            return kernel.with_note(
+                f"not checked against the written program: this host does not run {kernel.isa}"
+            ), True
+        verdict = check_kernel(kernel, best.original, best.assume_finite)
+        if verdict.ok:
+            return kernel.with_note(
+                f"checked against the written program on seeded {verdict.detail}: agrees "
+                f"({verdict.seconds * 1e3:.0f} ms)"
+            ), True
+        problem = f"the optimized kernel disagreed with the written program ({verdict.detail})"
+    plain = build(lower(best.original), best, returns_tuple=returns_tuple)
+    if not runs_on_host(plain.isa):
+        agrees = f"not checked: this host does not run {plain.isa}"
+    else:
+        verdict = check_kernel(plain, best.original, best.assume_finite)
+        agrees = "agrees" if verdict.ok else f"disagrees too: {verdict.detail}"
+    return plain.with_note(
+        f"{problem}; this kernel runs the written program's plain loop nest instead ({agrees})"
+    ), False
 
 
 def build(program: LoopProgram, optimized: Optimized, *, returns_tuple: bool = False) -> Kernel:

@@ -1,0 +1,115 @@
+"""Translation validation (eqsat.validation): every kernel `eqsat.compile` returns was run on
+seeded inputs and agreed with the program as written; one that disagrees, or whose optimized
+nest fails to build, is replaced by the written program's plain nest, said so, and not cached."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import eqsat
+import eqsat.api
+from eqsat.core.terms import to_term
+from eqsat.validation import check_kernel
+from tests.test_pipeline import rewrite_of_x_plus_x
+
+SHAPE = (1500, 1500)  # 4.5e6 flops of x + x and relu: above the stage-1 check's bound
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("EQSAT_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def cached_kernels(directory: Path) -> list[Path]:
+    return sorted(directory.glob("compile-*.json"))
+
+
+def test_a_kernel_that_agrees_is_returned_cached_and_says_it_was_checked(cache: Path) -> None:
+    x = eqsat.tensor("x", (300, 70))
+    kernel = eqsat.compile(eqsat.softmax(x), progress=False)
+    assert "checked against the written program on seeded normal values and NaN/" in (
+        kernel.explain()
+    )
+    assert len(cached_kernels(cache)) == 1
+
+
+def test_a_kernel_that_disagrees_is_replaced_by_the_written_programs_plain_nest(
+    cache: Path,
+) -> None:
+    """A user's unsound rule (x + x -> x) in a program too large for the stage-1 check: the
+    optimized kernel computes relu(x), the check catches it, the plain nest computes relu(2x)."""
+    x = eqsat.tensor("x", SHAPE)
+    unsound = rewrite_of_x_plus_x("mine-drop-sum", "x + x -> x", lambda x: x)
+    program = eqsat.relu(x + x)
+    optimized = eqsat.optimize(program, extra_rules=[unsound], progress=False)
+    assert optimized.expr == "relu(x)"  # the stage-1 check did not look: too many flops
+    kernel = eqsat.compile(program, extra_rules=[unsound], progress=False)
+    explanation = kernel.explain()
+    assert "the optimized kernel disagreed with the written program (output 0 on normal" in (
+        explanation
+    )
+    assert "runs the written program's plain loop nest instead (agrees)" in explanation
+    assert "not kept in the compile cache" in explanation and not cached_kernels(cache)
+    values = np.random.default_rng(0).standard_normal(SHAPE, dtype=np.float32)
+    np.testing.assert_array_equal(kernel(values), np.maximum(values + values, 0))
+
+
+def test_an_optimized_nest_that_fails_to_build_is_replaced(
+    monkeypatch: pytest.MonkeyPatch, cache: Path
+) -> None:
+    """The wrong merges once gave a nest the emitter could not spell (KeyError: 'mul'): the
+    user gets the plain nest, and the failure is named."""
+    emit = eqsat.api.emit
+    calls: list[int] = []
+
+    def failing_once(*args: Any, **kwargs: Any) -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyError("mul")
+        return emit(*args, **kwargs)
+
+    monkeypatch.setattr(eqsat.api, "emit", failing_once)
+    x = eqsat.tensor("x", (40, 30))
+    kernel = eqsat.compile(eqsat.exp(x) * 2.0, progress=False)
+    assert "its optimized nest failed to build (KeyError: 'mul')" in kernel.explain()
+    assert not cached_kernels(cache)
+    values = np.linspace(-3, 3, 1200, dtype=np.float32).reshape(40, 30)
+    np.testing.assert_allclose(kernel(values), np.exp(values) * 2, rtol=1e-6)
+
+
+def test_check_false_skips_the_check_and_keys_the_cache_apart(cache: Path) -> None:
+    x = eqsat.tensor("x", (40, 30))
+    unchecked = eqsat.compile(eqsat.exp(x), progress=False, check=False)
+    assert "checked against the written program" not in unchecked.explain()
+    checked = eqsat.compile(eqsat.exp(x), progress=False)
+    assert "checked against the written program" in checked.explain()
+    assert len(cached_kernels(cache)) == 2
+
+
+def test_the_check_sees_a_wrong_nan_and_a_wrong_value() -> None:
+    """check_kernel against terms the kernel does not compute: a value off by more than the
+    tolerance, and a NaN where numpy has none (max(x, 0) is not relu's NaN-free twin)."""
+    x = eqsat.tensor("x", (64,))
+    kernel = eqsat.compile(x * 2.0, progress=False, cache=False)
+    assert check_kernel(kernel, [to_term((x * 2.0).expr)], assume_finite=False).ok
+    verdict = check_kernel(kernel, [to_term((x * 2.001).expr)], assume_finite=False)
+    assert not verdict.ok and "where numpy gives" in verdict.detail
+    nan_free = to_term(eqsat.where(x == x, x * 2.0, 0.0).expr)  # NaN inputs give 0
+    verdict = check_kernel(kernel, [nan_free], assume_finite=False)
+    assert not verdict.ok and "NaN differs from numpy's" in verdict.detail
+    assert check_kernel(kernel, [nan_free], assume_finite=True).ok  # finite inputs only
+
+
+def test_integer_and_half_precision_kernels_agree() -> None:
+    i, j = eqsat.tensor("i", (50,), "int32"), eqsat.tensor("j", (50,), "int32")
+    h = eqsat.tensor("h", (50,), "float16")
+    for outputs in ([i * j, i // 3, i > j], [eqsat.exp(h) * 3.0]):
+        kernel = eqsat.compile(outputs, progress=False, cache=False)
+        assert ": agrees" in kernel.explain(), kernel.explain()
+
+
