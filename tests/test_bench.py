@@ -47,6 +47,7 @@ def test_quick_bench_writes_checked_figures(
         assert workload["peak_kind"] == "DRAM" and workload["work"] > 0
         assert workload["compile_seconds"] > 0
         assert 0 < workload["warm_compile_seconds"] < workload["compile_seconds"]
+        assert 0 < workload["check_seconds"] < workload["compile_seconds"]
         assert [s["stage"] for s in workload["stages"]] == ["algebra", "loops"]
         dram_ok = workload["name"] != "elementwise" or workload["peak_fraction"] >= 0.8
         assert workload["met"] == (workload["ratios"]["numpy"] >= workload["target"] and dram_ok)

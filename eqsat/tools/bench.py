@@ -6,7 +6,9 @@ tolerance), time eqsat and every baseline in turns (interleaved, median), and pr
 row: times, numpy/eqsat ratio and its target, the fraction of the machine's measured peak
 (`eqsat.backend_c.calibrate`), compile seconds and the e-graph size of every optimizer stage.
 Compile seconds are cold (a new compile cache: optimizer and gcc run) / warm (the same compile
-again in a new process, answered from the compile cache, `eqsat.compile_cache`).
+again in a new process, answered from the compile cache, `eqsat.compile_cache`); "check ms" is
+the part of the cold compile that ran the kernel against the written program
+(`eqsat.validation`), timed again apart.
 
 Then the cost-model calibration table (`eqsat.tools.model_check`): for matmul, softmax, layernorm
 and an elementwise chain, the rank correlation between predicted and measured times of ~36
@@ -151,7 +153,8 @@ _STOP = {"saturated": "sat", "node limit": "nodes", "time limit": "time", "itera
 _COLUMNS = (  # title, width, alignment
     ("workload", 11, "<"), ("check", 14, "<"), ("eqsat ms", 9, ">"), ("numpy ms", 9, ">"),
     ("np/eq", 7, ">"), ("target", 7, ">"), ("met", 4, ">"), ("thr", 3, ">"), ("peak", 10, ">"),
-    ("others (ms, x)", 22, "<"), ("compile s cold/warm", 19, ">"), ("e-graph nodes (stop)", 0, "<"),
+    ("others (ms, x)", 22, "<"), ("compile s cold/warm", 19, ">"), ("check ms", 8, ">"),
+    ("e-graph nodes (stop)", 0, "<"),
 )  # fmt: skip
 
 
@@ -190,6 +193,7 @@ def format_result(result: Result) -> str:
             f"{result.peak_fraction:.0%} {result.peak_kind}",
             others,
             f"{result.compile_seconds:.2f}/{_warm(result.warm_compile_seconds)}",
+            "-" if result.check_seconds is None else f"{result.check_seconds * 1e3:.0f}",
             stages,
         ]
     )

@@ -24,7 +24,9 @@ import numpy as np
 import eqsat
 from eqsat.backend_c.build import cache_dir
 from eqsat.core.measure import agreement, interleaved_medians, random_inputs
+from eqsat.core.terms import Term, to_term
 from eqsat.extract.machine import Machine
+from eqsat.validation import Check, check_kernel
 
 # Idle time before each side's block of calls: OpenBLAS's threads yield for ~0.15 s after a
 # call and would slow whatever is timed next on the same cores.
@@ -63,6 +65,14 @@ class Workload:
         kernel = eqsat.compile(program, assume_finite=self.assume_finite)
         return kernel, time.perf_counter() - start
 
+    def checked(self, kernel: eqsat.Kernel) -> Check:
+        """`eqsat.compile`'s check of `kernel` against this workload's program, run again (to
+        time it apart from the compile it is part of)."""
+        symbols = {name: eqsat.tensor(name, shape) for name, shape in self.shapes.items()}
+        written = to_term(self.program(**symbols).expr)
+        assert isinstance(written, Term)
+        return check_kernel(kernel, [written], self.assume_finite)
+
 
 @dataclass
 class Result:
@@ -74,6 +84,8 @@ class Result:
     failure: str | None = None  # the exception that stopped the workload, if any
     compile_seconds: float | None = None
     warm_compile_seconds: float | None = None  # a repeated compile in a new process (the bench)
+    # the translation validation's part of compile_seconds, run again (`eqsat.validation`)
+    check_seconds: float | None = None
     stages: list[dict[str, Any]] = field(default_factory=list)  # SaturationReport fields
     max_error: float | None = None
     tolerance: float | None = None
@@ -271,6 +283,7 @@ def run_workload(
     result = Result(workload.name, workload.description, workload.target)
     try:
         kernel, result.compile_seconds = workload.compiled()
+        result.check_seconds = workload.checked(kernel).seconds
         result.stages = [report.as_dict() for report in kernel.stages]
         inputs = random_inputs(workload.shapes, "float32", rng)
         got = np.asarray(kernel(**inputs))
