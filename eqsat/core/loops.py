@@ -343,8 +343,22 @@ def mean_vectors(axis: Term, lanes: int) -> float:
 ACCESS_OPS = ("Scalar.load", "Stmt.store", "Stmt.accumulate")  # their args: buffer, index list
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def buffers_accessed(term: Term) -> frozenset[str]:
+    """The buffers `term` loads, stores or accumulates anywhere inside it. Memoized (terms
+    share subterms, and the cost model asks it of every candidate nest of a program): without
+    it, a transformer block's row-block fusion walked its statements 10 million times."""
+    found = {str(term.args[0])} if term.op in ACCESS_OPS else set()
+    for arg in term.args:
+        if isinstance(arg, Term):
+            found |= buffers_accessed(arg)
+    return frozenset(found)
+
+
 def accesses(term: Term, buffer: str) -> list[Term]:
     """Index lists through which `term` loads, stores or accumulates `buffer`."""
+    if buffer not in buffers_accessed(term):
+        return []
     found = []
     if term.op in ACCESS_OPS and term.args[0] == buffer:
         found.append(term.args[1])
@@ -390,7 +404,7 @@ def row_loop_of(statements: list[Term], buffer: str, shape: tuple[int, ...]) -> 
     """The one statement touching temporary `buffer`, when it is a loop over its rows (a named
     axis `a` of extent shape[0], or a.outer(T)) and every access indexes the buffer by plain `a`
     first; else None. Such a temporary can live one row (or T rows) at a time inside the loop."""
-    users = [s for s in statements if accesses(s, buffer)]
+    users = [s for s in statements if buffer in buffers_accessed(s)]
     if len(users) != 1 or users[0].op != "Stmt.loop" or len(shape) < 2:
         return None
     loop = users[0]

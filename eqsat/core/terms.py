@@ -309,16 +309,30 @@ def sort_of(expr: Any) -> type[Expr]:
 
 def to_term(expr: Any) -> Arg:
     """Read an egglog expression (built from the sorts above) back as a Term."""
+    return _to_term(expr, {})
+
+
+def _to_term(expr: Any, read: dict[Any, Arg]) -> Arg:
+    """`to_term`, reading each shared subexpression once: `read` maps egglog's declaration of
+    an expression (equal for equal subexpressions) to its Term. A program's DAG (a residual
+    stream read by every layer) is otherwise read once per path through it."""
     literal = get_literal_value(expr)
     if literal is not None:
         return literal
+    declaration = expr.__egg_typed_expr__
+    known = read.get(declaration)
+    if known is not None:
+        return known
     fn = str(get_callable_fn(expr))
-    args = tuple(to_term(a) for a in get_callable_args(expr))
+    args = tuple(_to_term(a, read) for a in get_callable_args(expr))
     if fn.startswith("Vec"):
-        return args
-    if fn not in CONSTRUCTORS:
+        term: Arg = args
+    elif fn in CONSTRUCTORS:
+        term = Term(fn, args)
+    else:
         raise ValueError(f"not a term constructor: {fn}")
-    return Term(fn, args)
+    read[declaration] = term
+    return term
 
 
 def index_list(items: Sequence[Term]) -> Term:
