@@ -33,6 +33,29 @@ from egglog import (
     i64,
     i64Like,
 )
+from egglog.egraph_state import EGraphState
+
+# ---------------------------------------------------------------- egglog-python's sharing lets
+
+# egglog-python binds each shared subexpression to a global `$__expr_N` (N = 0, 1, 2, ...), and
+# egglog (13.2.0) names the variable for each use of a global in a command after the global plus
+# a count of its uses so far: the 21st use of `$__expr_1` and the first of `$__expr_12` are both
+# `@$__expr_120`, so a command using both reads one global's value for the other (a term mixing
+# two registered terms, a rule writing the wrong op string; tests/test_let_names.py). Numbering
+# the lets from LET_BASE gives every name as many digits, so none is another followed by digits.
+LET_BASE = 1_000_000
+_transform_let = EGraphState._transform_let
+
+
+def _transform_let_from_base(self: EGraphState, typed_expr: Any) -> Any:
+    if self.expr_to_let_counter < LET_BASE:
+        self.expr_to_let_counter += LET_BASE
+    assert self.expr_to_let_counter < 10 * LET_BASE, "let names would gain a digit"
+    return _transform_let(self, typed_expr)
+
+
+EGraphState._transform_let = _transform_let_from_base  # type: ignore[method-assign]
+
 
 # ---------------------------------------------------------------- operator vocabulary
 
