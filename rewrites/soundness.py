@@ -367,8 +367,8 @@ def _fire(identity: Identity, lefts: list[Term]) -> list[Fired]:
     ]
     # The probe merges no left side, so each is an instance: a row mixing two instances was
     # egglog misreading egglog-python's sharing lets (`eqsat.core.terms.LET_BASE`).
-    registered = set(lefts)
-    strays = [pair.left for pair in fired if pair.left not in registered]
+    registered = {repr(left) for left in lefts}  # by repr, where nan equals nan
+    strays = [pair.left for pair in fired if repr(pair.left) not in registered]
     assert not strays, f"{identity.name}: a probe row's left side was never registered: {strays[0]}"
     for pair in fired:
         left_shape, right_shape = shapes.infer(pair.left), shapes.infer(pair.right)
