@@ -8,10 +8,13 @@ skipped with the level named, after everything before the call has been checked.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+from eqsat.backend_c.build import cache_dir
 from eqsat.core.errors import IsaError
 from eqsat.extract.machine import host
 from tests.isas import not_run_reason
@@ -36,3 +39,13 @@ def capped_isa(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], None
     yield cap
     monkeypatch.undo()
     host.cache_clear()
+
+
+@pytest.fixture
+def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty compile cache for the test, but for this machine's calibration (copied from the
+    cache in use, so that the machine is not measured again)."""
+    for calibration in cache_dir().glob("calibration-*.json"):
+        shutil.copy(calibration, tmp_path)
+    monkeypatch.setenv("EQSAT_CACHE_DIR", str(tmp_path))
+    return tmp_path

@@ -35,9 +35,8 @@ def doubling(name: str, plain: bool) -> Identity:
 
 
 @pytest.fixture(autouse=True)
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("EQSAT_CACHE_DIR", str(tmp_path))
-    return tmp_path
+def cache(fresh_cache: Path) -> Path:
+    return fresh_cache
 
 
 @pytest.fixture

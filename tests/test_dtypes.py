@@ -248,10 +248,7 @@ def test_jit_traces_each_arrays_dtype_and_python_floats_weakly() -> None:
     assert len(masked_scale.kernels) == 3
 
 
-def test_the_compile_cache_keeps_outputs_of_other_dtypes_apart(
-    tmp_path: Any, monkeypatch: Any
-) -> None:
-    monkeypatch.setenv("EQSAT_CACHE_DIR", str(tmp_path))
+def test_the_compile_cache_keeps_outputs_of_other_dtypes_apart(fresh_cache: Any) -> None:
     d = eqsat.tensor("d", (5,), "float64")
     values = np.arange(5.0) / 3
     as_float64 = eqsat.compile(d * 1, limits=LIMITS, progress=False)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import pickle
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -27,7 +26,6 @@ from hypothesis import strategies as st
 import eqsat
 from eqsat import autotune
 from eqsat.api import build
-from eqsat.backend_c.build import cache_dir
 from eqsat.backend_c.emit import emit
 from eqsat.backend_c.kernel import TensorSpec
 from eqsat.core import shapes
@@ -69,12 +67,8 @@ def run_numpy(inputs: Mapping[str, np.ndarray]) -> np.ndarray:
 
 
 @pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty compile cache, but for this machine's calibration (not measured again)."""
-    for calibration in cache_dir().glob("calibration-*.json"):
-        shutil.copy(calibration, tmp_path)
-    monkeypatch.setenv("EQSAT_CACHE_DIR", str(tmp_path))
-    return tmp_path
+def cache(fresh_cache: Path) -> Path:
+    return fresh_cache
 
 
 # ---------------------------------------------------------------- which programs flatten

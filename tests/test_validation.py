@@ -20,9 +20,8 @@ SHAPE = (1500, 1500)  # 4.5e6 flops of x + x and relu: above the stage-1 check's
 
 
 @pytest.fixture(autouse=True)
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("EQSAT_CACHE_DIR", str(tmp_path))
-    return tmp_path
+def cache(fresh_cache: Path) -> Path:
+    return fresh_cache
 
 
 def cached_kernels(directory: Path) -> list[Path]:
