@@ -41,7 +41,7 @@ from eqsat.core.loops import (
     unit_stride_axes,
     vectorizable,
 )
-from eqsat.core.terms import REDUCE_IDENTITY, LoopProgram, Term, index_items, index_list
+from eqsat.core.term import REDUCE_IDENTITY, LoopProgram, Term, index_items, index_list
 
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _SCALAR_UNARY = {

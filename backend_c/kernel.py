@@ -25,7 +25,7 @@ from eqsat.backend_c.build import Library, build_library
 from eqsat.backend_c.entry import extension_source
 from eqsat.core import dtypes
 from eqsat.core.errors import ArgumentError, DTypeError, InexactInputError, IsaError, ShapeError
-from eqsat.core.saturate import SaturationReport
+from eqsat.core.limits import SaturationReport
 from eqsat.extract.machine import host, runs_on_host
 
 POOL_MIN_BYTES = 1 << 20  # smaller arrays come from malloc's free lists without page faults

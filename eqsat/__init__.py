@@ -24,7 +24,7 @@ if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "backend_c" / "__in
     __path__.append(str(_CHECKOUT))
 
 if TYPE_CHECKING:  # what type checkers see; at run time the names load lazily (`_PUBLIC`)
-    from eqsat.api import Optimized, compile, optimize
+    from eqsat.api import compile
     from eqsat.backend_c.kernel import Kernel
     from eqsat.core.errors import (
         ArgumentError,
@@ -37,19 +37,20 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load lazily (
         ShapeError,
         UnsupportedError,
     )
-    from eqsat.core.saturate import Limits
+    from eqsat.core.limits import Limits
     from eqsat.frontend import *  # noqa: F403 - its __all__: Tensor and the numpy-like functions
+    from eqsat.optimizer import Optimized, optimize
     from eqsat.tracing import jit
     from eqsat.view.egraph_view import draw_egraph
 
 # Each public name and the module it loads from.
 _PUBLIC = {
     "Kernel": "eqsat.backend_c.kernel",
-    "Limits": "eqsat.core.saturate",
-    "Optimized": "eqsat.api",
+    "Limits": "eqsat.core.limits",
+    "Optimized": "eqsat.optimizer",
     "compile": "eqsat.api",
     "draw_egraph": "eqsat.view.egraph_view",
-    "optimize": "eqsat.api",
+    "optimize": "eqsat.optimizer",
     "jit": "eqsat.tracing",
     **dict.fromkeys(
         [

@@ -2,19 +2,17 @@
 
 kernel = eqsat.compile(eqsat.relu(x @ W + b))   # -> eqsat.Kernel
 best = eqsat.optimize(y)                         # the same stages without building C
+
+The stages from algebra to extraction are `eqsat.optimizer`'s; this module builds C from their
+result. A compile answered from the compile cache (`eqsat.compile_cache`) needs neither the
+optimizer nor egglog, so `compile` imports the optimizer only when the cache does not answer.
 """
 
 from __future__ import annotations
 
-import math
-import random
-import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, TypedDict
-
-import numpy as np
-from egglog import EGraph
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from eqsat import compile_cache
 from eqsat.autotune import DEFAULT_CANDIDATES, fastest
@@ -24,547 +22,20 @@ from eqsat.backend_c.calibrate import calibrated_host
 from eqsat.backend_c.emit import emit
 from eqsat.backend_c.isa import GCC_FLAGS
 from eqsat.backend_c.kernel import Kernel, TensorSpec, kernel_entry
-from eqsat.core import dtypes, shapes
 from eqsat.core.errors import ArgumentError
-from eqsat.core.interp import evaluate
-from eqsat.core.measure import agreement
-from eqsat.core.pretty import format_loops, format_tensor
+from eqsat.core.limits import Limits
 from eqsat.core.progress import Progress
-from eqsat.core.saturate import Limits, SaturationReport, saturate
-from eqsat.core.terms import Arg, LoopProgram, Term, to_egglog, to_term
-from eqsat.extract.extractor import NodeCost, SerializedGraph
-from eqsat.extract.loop_cost import CACHE_USE, Estimate, LoopCost
+from eqsat.core.term import LoopProgram
 from eqsat.extract.machine import Machine, cpu_model, runs_on_host
-from eqsat.extract.tensor_cost import TensorCost, roofline_seconds, work_flops
-from eqsat.frontend import Tensor
-from eqsat.rewrites.algebra import IDENTITIES as ALGEBRA_IDENTITIES
-from eqsat.rewrites.algebra import algebra_rules
-from eqsat.rewrites.algebra_facts import algebra_facts
-from eqsat.rewrites.contraction import contract_temporaries
-from eqsat.rewrites.flatten import flatten, is_flattenable
-from eqsat.rewrites.lowering import collect_inputs, lower
-from eqsat.rewrites.packing import pack_panels
-from eqsat.rewrites.row_blocks import fuse_row_blocks
-from eqsat.rewrites.rule import Identity
-from eqsat.rewrites.schedule import ROOT, schedule
+from eqsat.frontend import Tensor, output_tensors
+from eqsat.rewrites.lowering import lower
 from eqsat.validation import check_kernel
-from eqsat.view.egraph_view import EGraphPicture, draw_egraph
+
+if TYPE_CHECKING:
+    from eqsat.optimizer import Optimized
+    from eqsat.rewrites.rule import Identity
 
 SYMBOL = "eqsat_kernel"
-# Candidates kept per e-class by the stage-2 extractor: the roofline cost is not a sum, so the
-# cheapest child alone is not always part of the cheapest parent. Pricing grows with
-# candidates^children, so large e-graphs keep one (docs/MEASUREMENTS.md: attention's times).
-CANDIDATES_PER_CLASS = 4
-# Algebraic forms handed to stage 2 (one output only); a form estimated at more than
-# ALGEBRA_SLACK times the cheapest one's flops + bytes is not scheduled.
-ALGEBRA_CANDIDATES = 2
-ALGEBRA_SLACK = 2.0
-# Above this many e-nodes, one candidate per e-class: on 23 random programs' loop stages of 5k to
-# 10k e-nodes, 4 candidates found the same nests as 1, in 3-5x the time (docs/MEASUREMENTS.md).
-# A small kernel (SMALL_KERNEL_SECONDS) keeps one too: of 39 small sweep shapes, 38 got nests
-# predicted as fast (one 9% slower, a 10 us MLP), and attention 256x32 optimized in 0.7 s, not 1.4.
-CANDIDATES_UP_TO_NODES = 5_000
-
-
-# The stage-1 forms of a program of at most this many flops are run by the interpreter on random
-# inputs and dropped where they disagree with the written program (`_agreeing`): a wrong form
-# (a user's unsound rule, or an e-graph misread as egglog once misread its sharing lets,
-# `eqsat.core.terms.LET_BASE`) then costs speed, not a wrong answer, and the next form is
-# scheduled. Of the sweep's shapes (seeds 0 and 1), 58 are this small: checked in at most 42 ms,
-# none dropped. Every kernel is checked once more before it is returned (`eqsat.validation`).
-CHECKED_UP_TO_FLOPS = 2e6
-
-# A kernel whose roofline time (`roofline_seconds`) is under this is small: its loop stage stops
-# at `Limits.small_kernel_nodes`, since a longer search can save microseconds a call and costs
-# up to a second and a half of compile time. At 1 ms, two sweep shapes of 0.3-0.9 ms ran
-# 1.4-1.9x slower (docs/MEASUREMENTS.md).
-SMALL_KERNEL_SECONDS = 1e-4
-
-# Spreads (sigma of the log) of the random factors of perturbed extractions (`candidates`).
-PERTURBATION_SPREADS = (0.3, 1.0, 3.0)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One loop program the kernel e-graph holds, the cost model's predicted cycles, and how it
-    was drawn ("best", "sampled" or "perturbed": `Optimized.candidates`)."""
-
-    program: LoopProgram
-    predicted: float
-    source: str
-
-
-@dataclass(frozen=True, kw_only=True, repr=False)
-class Optimized:
-    """What the optimizer chose, and why (`report()`). Constructed by keyword only."""
-
-    original: tuple[Term, ...]  # tensor terms as written
-    chosen: tuple[Term, ...]  # after algebra + stage-1 extraction (flattened, if `flattened`)
-    canonical: LoopProgram  # the lowering of `chosen`
-    program: LoopProgram  # the loop nest extracted from stage 2, after `after_extraction`
-    estimate: Estimate  # the cost model's prediction for `program`, and what it is made of
-    canonical_cost: float
-    stages: tuple[SaturationReport, SaturationReport]
-    machine: Machine
-    forms: tuple[tuple[str, float], ...]  # each algebraic form scheduled, predicted cycles
-    extracted: Term  # the nest extraction chose from the stage-2 e-graph
-    scheduled: Term  # `extracted` after row-block fusion: `program.body` before `after_extraction`
-    assume_finite: bool = False  # finite-only identities were allowed (`optimize`)
-    finite_only_fired: tuple[str, ...] = ()  # ... and these of them fired
-    # the user's array shape when the program runs over 1-D buffers (`eqsat.rewrites.flatten`)
-    flattened: tuple[int, ...] | None = None
-    algebra_graph: SerializedGraph = field(compare=False, repr=False)
-    loop_graph: SerializedGraph = field(compare=False, repr=False)
-    # what callers pass and get: each input's and output's value dtype (`eqsat.core.dtypes`),
-    # converted from and to `program.dtype` at the kernel's boundary
-    input_dtypes: tuple[str, ...]
-    output_dtypes: tuple[str, ...]
-    # the loop stage's node budget when it was `Limits.small_kernel_nodes` (a small kernel)
-    small_kernel_nodes: int | None = None
-    # stage-1 forms dropped because they disagreed with the written program (`_agreeing`)
-    disagreeing_forms: int = 0
-
-    @property
-    def cost(self) -> float:
-        """Predicted cycles of `program`."""
-        return self.estimate.cycles
-
-    @property
-    def inputs(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
-        """The kernel's inputs (name, shape) as written: `program.inputs`, but with the user's
-        shapes where the program was flattened."""
-        return tuple((name, shape) for name, shape, _ in collect_inputs(self.original))
-
-    @property
-    def outputs(self) -> tuple[tuple[int, ...], ...]:
-        """The kernel's output shapes as written (`program.outputs`, unless flattened)."""
-        return tuple(shapes.infer(root) for root in self.original)
-
-    def draw(self, stage: str = "loops", max_classes: int = 40) -> EGraphPicture:
-        """A picture of the e-graph of `stage` ("algebra" or "loops": the chosen form's kernel
-        e-graph), the chosen term highlighted (`eqsat.draw_egraph`)."""
-        if stage == "algebra":
-            graph, chosen = self.algebra_graph, list(self.chosen)
-        elif stage == "loops":
-            graph, chosen = self.loop_graph, [self.extracted]
-        else:
-            raise ValueError(f"unknown stage {stage!r}; expected 'algebra' or 'loops'")
-        return draw_egraph(graph, max_classes=max_classes, chosen=chosen)
-
-    def candidates(
-        self, best: int, *, sampled: int = 0, perturbed: int = 0, seed: int = 0
-    ) -> list[Candidate]:
-        """Distinct loop programs of the chosen form's kernel e-graph with their predicted
-        cycles, each passed through `after_extraction` like `program`, which comes first:
-        - up to `best` the cheapest under the cost model (source "best");
-        - then random extractions (`extract_random`, "sampled"), which reach the slow corners,
-          up to `best + sampled` programs in all;
-        - then extractions under the cost times a random log-normal factor per e-node
-          ("perturbed"), which land in between, up to `best + sampled + perturbed`.
-        Random draws repeat, so each source gets a bounded number of tries and may fall short."""
-        graph, root = self.loop_graph, self.loop_graph.root(ROOT)
-        cost = LoopCost(self.machine, self.program.dtype)
-        rng = random.Random(seed)
-        found = {self.program: Candidate(self.program, self.cost, "best")}
-
-        def add(source: str, goal: int, bodies: Iterable[Term]) -> None:
-            for body in bodies:
-                if len(found) >= goal:
-                    return
-                program = after_extraction(self.program, body)
-                found.setdefault(program, Candidate(program, cost.estimate(body).cycles, source))
-
-        top = graph.extract_top(
-            root, cost, max(best, CANDIDATES_PER_CLASS), written=[self.canonical.body]
-        )
-        add("best", best, (body for body, _ in top))
-        draws = (graph.extract_random(root, rng) for _ in range(4 * sampled))
-        add("sampled", best + sampled, draws)
-        add(
-            "perturbed",
-            best + sampled + perturbed,
-            (graph.extract(root, _perturbed(cost, rng))[0] for _ in range(3 * perturbed)),
-        )
-        return list(found.values())
-
-    @property
-    def expr(self) -> str:
-        return "; ".join(format_tensor(t) for t in self.chosen)
-
-    def __repr__(self) -> str:
-        """One line: the signature, the chosen expression and the prediction (`report()` has
-        the rest)."""
-        inputs = ", ".join(f"{name}{shape}" for name, shape in self.inputs)
-        outputs = ", ".join(str(shape) for shape in self.outputs)
-        chosen = self.expr if len(self.expr) <= 120 else self.expr[:117] + "..."
-        return (
-            f"Optimized({inputs} -> {outputs}, {self.program.dtype}: {chosen}; "
-            f"{self.cost:,.0f} cycles predicted)"
-        )
-
-    def _conversions(self) -> list[str]:
-        """A line naming the inputs and outputs converted to or from the compute dtype."""
-        compute = self.program.dtype
-        names = [name for name, _ in self.inputs] + [f"out{k}" for k in range(len(self.outputs))]
-        converted = [
-            f"{name} {dtype}"
-            for name, dtype in zip(names, self.input_dtypes + self.output_dtypes, strict=True)
-            if dtype != compute
-        ]
-        if not converted:
-            return []
-        return [f"converted at the call from and to {compute}: {', '.join(converted)}"]
-
-    def report(self) -> str:
-        inputs = ", ".join(f"{name} {shape}" for name, shape in self.inputs)
-        lines = [
-            f"inputs: {inputs}  ({self.program.dtype}, isa {self.machine.isa}, "
-            f"{self.machine.cores} cores)",
-            *self._flattening(),
-            *self._conversions(),
-            "written: " + "; ".join(format_tensor(t) for t in self.original),
-            "chosen:  " + self.expr,
-            self._numerics(),
-            *(stage.summary() for stage in self.stages),
-            *(
-                [
-                    f"  {self.disagreeing_forms} extracted form(s) disagreed with the written "
-                    "program on random inputs and were dropped (a wrong merge in the e-graph)"
-                ]
-                if self.disagreeing_forms
-                else []
-            ),
-            *(
-                [
-                    f"  loop stage budget: {self.small_kernel_nodes:,} e-nodes (a small kernel: "
-                    f"its roofline time is under {SMALL_KERNEL_SECONDS * 1e3:g} ms)"
-                ]
-                if self.small_kernel_nodes is not None
-                else []
-            ),
-            *(
-                f"  form scheduled: {form}  -> {cycles:,.0f} cycles"
-                for form, cycles in self.forms
-                if len(self.forms) > 1
-            ),
-            *self._prediction(),
-            "loop nest:",
-            format_loops(self.program.body, 1),
-        ]
-        return "\n".join(lines)
-
-    def _flattening(self) -> list[str]:
-        """Whether the program runs over 1-D buffers (`eqsat.rewrites.flatten`)."""
-        if self.flattened is None:
-            return []
-        return [
-            f"flattened: elementwise over whole {self.flattened} arrays, compiled as one loop "
-            f"of {math.prod(self.flattened)}"
-        ]
-
-    def _numerics(self) -> str:
-        """Whether identities exact only for finite inputs were allowed (ARCHITECTURE §4)."""
-        if not self.assume_finite:
-            return "numerics: NaN, ±inf and -0.0 as numpy (finite-only identities off)"
-        fired = ", ".join(self.finite_only_fired) or "none"
-        return (
-            "numerics: assume_finite=True: identities exact only for finite inputs allowed "
-            f"(fired: {fired}); NaN or ±inf inputs may give other results than numpy"
-        )
-
-    def _prediction(self) -> list[str]:
-        """The predicted time, and what it is made of."""
-        clock = self.machine.clock_hz()
-        estimate = self.estimate
-        fetched = ", ".join(
-            f"{level} {_bytes(amount)}"
-            for level, amount in zip(("L1", "L2", "L3"), estimate.traffic, strict=True)
-        )
-        gflop = work_flops(self.chosen) / 1e9
-        lines = [
-            f"predicted: {self.cost:,.0f} cycles = {self.cost / clock * 1e3:.3g} ms at "
-            f"{clock / 1e9:.2f} GHz (canonical nest: {self.canonical_cost:,.0f} cycles)",
-            f"  work {gflop:.3g} Gflop; compute {estimate.compute:,.0f} cycles "
-            f"a core; bytes fetched into {fetched}; overheads {estimate.overhead:,.0f} cycles "
-            f"(parallel starts) + {estimate.first_touch:,.0f} (page faults of temporaries)",
-        ]
-        if self.scheduled != self.extracted:
-            extracted = LoopCost(self.machine, self.program.dtype).estimate(self.extracted)
-            lines.append(
-                "  row blocks fused after extraction (rewrites/row_blocks.py): the nest "
-                f"extracted from the e-graph was predicted at {extracted.cycles:,.0f} cycles"
-            )
-        return lines
-
-
-def after_extraction(program: LoopProgram, body: Term) -> LoopProgram:
-    """`program` running the extracted nest `body` after the passes that follow extraction:
-    temporaries contracted into their row loops, then reused operand panels packed."""
-    return pack_panels(program.with_body(contract_temporaries(body)))
-
-
-def _perturbed(cost: NodeCost, rng: random.Random) -> NodeCost:
-    """`cost` times a log-normal factor of a spread drawn from PERTURBATION_SPREADS, the factor
-    drawn once per node (op and children)."""
-    spread = rng.choice(PERTURBATION_SPREADS)
-    factors: dict[tuple[str, tuple[Arg, ...]], float] = {}
-
-    def noisy(op: str, children: Sequence[Arg], child_costs: Sequence[float]) -> float:
-        key = (op, tuple(children))
-        if key not in factors:
-            factors[key] = math.exp(rng.gauss(0, spread))
-        return factors[key] * cost(op, children, child_costs)
-
-    return noisy
-
-
-def _bytes(amount: float) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if amount >= size:
-            return f"{amount / size:.3g} {unit}"
-    return f"{amount:.0f} B"
-
-
-def _outputs(outputs: Tensor | Sequence[Tensor]) -> tuple[list[Tensor], bool]:
-    """The output tensors, and whether the user asked for a tuple."""
-    if isinstance(outputs, Tensor):
-        return [outputs], False
-    if isinstance(outputs, (list, tuple)) and outputs:
-        for k, item in enumerate(outputs):
-            if not isinstance(item, Tensor):
-                raise TypeError(f"output {k} is {type(item).__name__}, expected an eqsat Tensor")
-        return list(outputs), True
-    raise TypeError(
-        f"expected an eqsat Tensor or a non-empty list of them, got {type(outputs).__name__}"
-    )
-
-
-def _optimize_algebra(
-    roots: list[Term],
-    limits: Limits,
-    progress: Progress,
-    extra_rules: Sequence[Identity],
-    assume_finite: bool,
-) -> tuple[list[list[Term]], int, SaturationReport, SerializedGraph]:
-    """The algebraic forms worth scheduling, cheapest first, how many extracted forms were
-    dropped for disagreeing with `roots` (`_agreeing`), and the stage's report.
-
-    With one output, up to ALGEBRA_CANDIDATES forms of different flop + byte estimates are kept,
-    each within ALGEBRA_SLACK of the cheapest (forms of equal estimate, like a + b and b + a,
-    lower to the same loops); stage 2 schedules each and keeps the fastest. Several outputs keep
-    only the cheapest form of each."""
-    egraph = EGraph()
-    for k, root in enumerate(roots):
-        egraph.let(f"root{k}", to_egglog(root))
-    report = saturate(
-        egraph,
-        algebra_rules(extra_rules, assume_finite=assume_finite),
-        limits,
-        "algebra",
-        facts=algebra_facts,
-        progress=progress.iteration,
-    )
-    graph = SerializedGraph(egraph)
-    cost = TensorCost()
-    start = time.monotonic()
-    deadline = start + limits.extraction_seconds
-    if len(roots) > 1:
-        extractions = [
-            graph.extract_top(graph.root(f"root{k}"), cost, 1, deadline, written=roots)
-            for k in range(len(roots))
-        ]
-        report.extracted(all(e.complete for e in extractions), time.monotonic() - start)
-        forms = [[extraction[0][0] for extraction in extractions]]
-    else:
-        ranked = graph.extract_top(
-            graph.root("root0"), cost, 4 * ALGEBRA_CANDIDATES, deadline, written=roots
-        )
-        report.extracted(ranked.complete, time.monotonic() - start)
-        best_cost = ranked[0][1]
-        by_estimate: dict[float, Term] = {}
-        for term, estimate in ranked:
-            if len(by_estimate) < ALGEBRA_CANDIDATES and estimate <= ALGEBRA_SLACK * best_cost:
-                by_estimate.setdefault(estimate, term)
-        forms = [[term] for term in by_estimate.values()]
-    agreeing = _agreeing(forms, roots, assume_finite)
-    return agreeing or [roots], len(forms) - len(agreeing), report, graph
-
-
-def _agreeing(forms: list[list[Term]], roots: list[Term], assume_finite: bool) -> list[list[Term]]:
-    """The forms that compute what `roots` compute, when the program has at most
-    CHECKED_UP_TO_FLOPS (else all of them): the interpreter runs both on seeded standard-normal
-    inputs in float64, and they must agree within ARCHITECTURE §9's tolerance, NaN and ±inf at the
-    same places; under `assume_finite`, only where the written program's values are finite."""
-    if work_flops(roots) > CHECKED_UP_TO_FLOPS:
-        return forms
-    rng = np.random.default_rng(0)
-    inputs = {name: rng.standard_normal(shape) for name, shape, _ in collect_inputs(roots)}
-    with np.errstate(all="ignore"):
-        wanted = [np.asarray(evaluate(root, inputs), dtype=np.float64) for root in roots]
-
-        def agrees(form: list[Term]) -> bool:
-            for term, want in zip(form, wanted, strict=True):
-                got = np.asarray(evaluate(term, inputs), dtype=np.float64)
-                if got.shape != want.shape:
-                    return False
-                finite = np.isfinite(want)
-                specials_agree = assume_finite or (
-                    np.array_equal(finite, np.isfinite(got))
-                    and np.array_equal(want[~finite], got[~finite], equal_nan=True)
-                )
-                if not specials_agree or not agreement(got[finite], want[finite], "float64").ok:
-                    return False
-            return True
-
-        return [form for form in forms if agrees(form)]
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Scheduled:
-    """One algebraic form through stage 2."""
-
-    form: list[Term]
-    canonical: LoopProgram
-    small_kernel_nodes: int | None  # the loop stage's budget, when reduced for a small kernel
-    extracted: Term  # the nest extraction chose
-    body: Term  # `extracted` after row-block fusion, before `after_extraction`
-    estimate: Estimate  # of `body`
-    canonical_cost: float
-    report: SaturationReport
-    graph: SerializedGraph
-
-
-def _small_kernel_nodes(
-    form: list[Term], machine: Machine, dtype: str, limits: Limits
-) -> int | None:
-    """The loop stage's node budget for `form` when it is a small kernel (`SMALL_KERNEL_SECONDS`)
-    and `limits.small_kernel_nodes` is below `limits.nodes`; else None."""
-    small = limits.small_kernel_nodes
-    if small is None or small >= limits.nodes:
-        return None
-    roofline = roofline_seconds(form, machine, 4 if dtype == "float32" else 8)
-    return small if roofline < SMALL_KERNEL_SECONDS else None
-
-
-def _schedule_loops(
-    form: list[Term], written: list[Term], machine: Machine, limits: Limits, progress: Progress
-) -> _Scheduled:
-    canonical = lower(form, written=written)
-    small = _small_kernel_nodes(form, machine, canonical.dtype, limits)
-    if small is not None:
-        limits = replace(limits, nodes=small)
-    egraph, report = schedule(
-        canonical.body, machine, canonical.dtype, limits, progress=progress.iteration
-    )
-    graph = SerializedGraph(egraph)
-    progress.extracting(report.stage, graph.size)
-    cost = LoopCost(machine, canonical.dtype)
-    few = small is not None or graph.size > CANDIDATES_UP_TO_NODES
-    keep = 1 if few else CANDIDATES_PER_CLASS
-    start = time.monotonic()
-    extraction = graph.extract_top(
-        graph.root(ROOT),
-        cost,
-        keep,
-        deadline=start + limits.extraction_seconds,
-        written=[canonical.body],
-    )
-    report.extracted(extraction.complete, time.monotonic() - start)
-    (extracted, predicted), *_ = extraction
-    canonical_cost = cost.estimate(canonical.body).cycles
-    if predicted > canonical_cost:  # a deadline's best-so-far can be worse than the start
-        extracted = canonical.body
-    body = fuse_row_blocks(
-        extracted,
-        lambda option: cost.estimate(option).cycles,
-        block_elements=CACHE_USE * machine.l2_bytes / cost.item_bytes,
-    )
-    return _Scheduled(
-        form=form,
-        canonical=canonical,
-        small_kernel_nodes=small,
-        extracted=extracted,
-        body=body,
-        estimate=cost.estimate(body),
-        canonical_cost=canonical_cost,
-        report=report,
-        graph=graph,
-    )
-
-
-def optimize(
-    outputs: Tensor | Sequence[Tensor],
-    *,
-    limits: Limits | None = None,
-    machine: Machine | None = None,
-    progress: bool = True,
-    extra_rules: Sequence[Identity] = (),
-    assume_finite: bool = False,
-) -> Optimized:
-    """Choose the algebraic form and the loop nest of `outputs` (no C is built).
-
-    `extra_rules` are identities of your own (`eqsat.rewrites.rule.Identity`; check them first with
-    `eqsat.rewrites.soundness.check_identity`) that stage 1 runs with the built-in ones.
-    `assume_finite=True` promises that no input or intermediate is NaN or ±inf, like a C
-    compiler's -ffinite-math-only: identities marked `finite_only` (x - x -> 0, x * 0 -> 0,
-    factoring, matrix-chain order, ...) may then fire, and `report()` says so.
-    With `progress`, a stage that runs for seconds reports each round on stderr
-    (`eqsat.core.progress`).
-
-    An elementwise program over whole arrays of one shape (`eqsat.rewrites.flatten`) is
-    optimized over 1-D arrays: `chosen`, `canonical` and `program` are then flat, `flattened`
-    holds the user's shape, and `inputs`, `outputs` and `report()` keep the user's shapes."""
-    tensors, _ = _outputs(outputs)
-    limits = limits or Limits()
-    reporter = Progress(enabled=progress)
-    machine = machine or calibrated_host(announce=reporter.say)
-    as_written = [to_term(t.expr) for t in tensors]
-    assert all(isinstance(t, Term) for t in as_written)
-    compute = dtypes.compute_dtype(any(t.needs_float64 for t in tensors))
-    original = [dtypes.with_compute_dtype(t, compute) for t in as_written]  # type: ignore[arg-type]
-    # what is optimized: the terms as written or, for a flattenable program, their flattening
-    terms: list[Term] = original  # type: ignore[assignment]
-    flattened = shapes.infer(terms[0]) if is_flattenable(terms) else None
-    if flattened is not None:
-        terms = flatten(terms)
-    forms, disagreeing, algebra_report, algebra_graph = _optimize_algebra(
-        terms, limits, reporter, extra_rules, assume_finite
-    )
-    finite_only = {i.name for i in (*ALGEBRA_IDENTITIES, *extra_rules) if i.finite_only}
-    fired = {name for name, count in algebra_report.matches.items() if count}
-    scheduled: list[_Scheduled] = []
-    for form in forms:
-        scheduled.append(_schedule_loops(form, terms, machine, limits, reporter))
-        if scheduled[-1].report.stop_reason != "saturated":
-            break  # a stage that hit its limits leaves no budget for another form
-    best = min(scheduled, key=lambda candidate: candidate.estimate.cycles)
-    return Optimized(
-        original=tuple(original),  # type: ignore[arg-type]
-        chosen=tuple(best.form),
-        canonical=best.canonical,
-        program=after_extraction(best.canonical, best.body),
-        estimate=best.estimate,
-        canonical_cost=best.canonical_cost,
-        stages=(algebra_report, best.report),
-        small_kernel_nodes=best.small_kernel_nodes,
-        machine=machine,
-        forms=tuple(
-            ("; ".join(format_tensor(t) for t in c.form), c.estimate.cycles) for c in scheduled
-        ),
-        extracted=best.extracted,
-        scheduled=best.body,
-        assume_finite=assume_finite,
-        finite_only_fired=tuple(sorted(finite_only & fired)),
-        flattened=flattened,
-        disagreeing_forms=disagreeing,
-        algebra_graph=algebra_graph,
-        loop_graph=best.graph,
-        input_dtypes=tuple(
-            dtypes.boundary_dtype(dtype, compute)
-            for _, _, dtype in collect_inputs(as_written)  # type: ignore[arg-type]
-        ),
-        output_dtypes=tuple(t.dtype for t in tensors),
-    )
 
 
 class CompileOptions(TypedDict, total=False):
@@ -611,7 +82,7 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
     returned or cached; one that disagrees, or whose optimized nest fails to build, is replaced by
     the written program's plain loop nest, not cached, and `explain()` says so. Raises
     CompileError if the C compiler fails on the plain nest too."""
-    tensors, returns_tuple = _outputs(outputs)
+    tensors, returns_tuple = output_tensors(outputs)
     limits = limits or Limits()
     machine = machine or calibrated_host(announce=Progress(enabled=progress).say)
     if isa is not None:
@@ -624,7 +95,9 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
 
     def optimized_kernel() -> tuple[Kernel, bool]:
         """The kernel, and whether it may be cached (it was checked, if asked, and agreed)."""
-        best = optimize(
+        from eqsat import optimizer  # loads egglog and the rule sets: only on a cache miss
+
+        best = optimizer.optimize(
             tensors,
             limits=limits,
             machine=machine,
@@ -651,7 +124,7 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
         return optimized_kernel()[0]
     key = compile_cache.entry_key(
         [
-            [str(to_term(t.expr)) for t in tensors],
+            [str(t.expr) for t in tensors],  # the written terms (`eqsat.core.term.Term`)
             [t.dtype for t in tensors],
             returns_tuple,
             asdict(limits),

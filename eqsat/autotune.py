@@ -36,7 +36,7 @@ from eqsat.backend_c.build import CODEGEN_VERSION, cache_dir
 from eqsat.backend_c.kernel import Kernel
 from eqsat.core.measure import agreement, interleaved_medians, random_inputs
 from eqsat.core.pretty import format_loops
-from eqsat.core.terms import LoopProgram
+from eqsat.core.term import LoopProgram
 from eqsat.extract.machine import Machine, cpu_model
 
 DEFAULT_CANDIDATES = 8
@@ -51,7 +51,7 @@ Timer = Callable[[Mapping[int, Callable[[], object]]], Mapping[int, float]]
 
 
 class TunedCandidate(Protocol):
-    """What autotuning reads of an `eqsat.api.Candidate`."""
+    """What autotuning reads of an `eqsat.optimizer.Candidate`."""
 
     @property
     def program(self) -> LoopProgram: ...
@@ -61,7 +61,7 @@ class TunedCandidate(Protocol):
 
 
 class Tunable(Protocol):
-    """What autotuning reads of an `eqsat.api.Optimized`."""
+    """What autotuning reads of an `eqsat.optimizer.Optimized`."""
 
     @property
     def canonical(self) -> LoopProgram: ...

@@ -1,4 +1,5 @@
-"""The user-facing symbolic array: numpy-like operations that build `TExpr` terms.
+"""The user-facing symbolic array: numpy-like operations that build `TExpr` terms (as Terms,
+by `eqsat.core.term.texpr`, without egglog).
 
 Every operation checks shapes (`eqsat.core.shapes`) and dtypes as it is built, so a `Tensor` always
 holds a well-formed term. Elementwise ops broadcast implicitly (numpy rules, no broadcast node);
@@ -26,7 +27,6 @@ from functools import partial
 from typing import Any, NamedTuple, SupportsFloat, TypeGuard
 
 import numpy as np
-from egglog import get_callable_args, get_callable_fn
 
 from eqsat.core import dtypes, interp, shapes
 from eqsat.core.errors import (
@@ -39,7 +39,7 @@ from eqsat.core.errors import (
 )
 from eqsat.core.shapes import Shape
 from eqsat.core.subscripts import Labels, parse_subscripts
-from eqsat.core.terms import COMPARE_OPS, TExpr, to_term
+from eqsat.core.term import COMPARE_OPS, Term, texpr
 
 __all__ = [
     "Tensor",
@@ -107,13 +107,13 @@ _SCALAR_TYPES = (int, float, np.integer, np.floating)
 
 
 class Tensor:
-    """A symbolic array: a `TExpr` with its shape and dtype. Build it with `tensor(...)`."""
+    """A symbolic array: a `TExpr` term with its shape and dtype. Build it with `tensor(...)`."""
 
     __hash__ = object.__hash__  # __eq__ builds a tensor, so hash by identity
 
     def __init__(
         self,
-        expr: TExpr,
+        expr: Term,
         shape: Shape,
         dtype: str,
         *,
@@ -338,7 +338,7 @@ class Tensor:
         shape = shapes.transpose(self.shape, perm)
         if perm == tuple(range(self.ndim)):
             return self
-        return _view(self, TExpr.transpose(self.expr, perm), shape)
+        return _view(self, texpr.transpose(self.expr, perm), shape)
 
     def reshape(self, *shape: Any) -> Tensor:
         """Same elements in row-major order: `t.reshape(2, -1)` or `t.reshape((2, -1))`.
@@ -483,14 +483,30 @@ def tensor(name: str, shape: Sequence[int | np.integer[Any]], dtype: Any = "floa
         raise TypeError(f"tensor: the name must be a non-empty str, got {name!r}")
     dtype_name = _dtype_name(dtype, "tensor")
     checked = shapes.validate_shape(shape, f"tensor {name!r}")
-    expr = TExpr.input(name, checked, dtype_name)
+    expr = texpr.input(name, checked, dtype_name)
     return Tensor(expr, checked, dtype_name, integer_range=dtypes.dtype_range(dtype_name))
 
 
 def traced_scalar(name: str) -> Tensor:
     """A 0-d input standing for a Python float (`@eqsat.jit`'s traced floats): weak, as numpy
     treats Python scalars, so it takes the dtype of what it meets (`x * alpha` stays float32)."""
-    return Tensor(TExpr.input(name, (), dtypes.WEAK_SCALAR), (), "float64", weak=True)
+    return Tensor(texpr.input(name, (), dtypes.WEAK_SCALAR), (), "float64", weak=True)
+
+
+def output_tensors(outputs: Tensor | Sequence[Tensor]) -> tuple[list[Tensor], bool]:
+    """The output tensors of `eqsat.compile(outputs)` or `eqsat.optimize(outputs)`, and whether
+    the user asked for a tuple. TypeError unless `outputs` is a Tensor or a non-empty list or
+    tuple of them."""
+    if isinstance(outputs, Tensor):
+        return [outputs], False
+    if isinstance(outputs, (list, tuple)) and outputs:
+        for k, item in enumerate(outputs):
+            if not isinstance(item, Tensor):
+                raise TypeError(f"output {k} is {type(item).__name__}, expected an eqsat Tensor")
+        return list(outputs), True
+    raise TypeError(
+        f"expected an eqsat Tensor or a non-empty list of them, got {type(outputs).__name__}"
+    )
 
 
 def _dtype_name(dtype: Any, what: str) -> str:
@@ -581,13 +597,13 @@ def _constant(value: SupportsFloat) -> Tensor:
     scalar = value.item() if isinstance(value, np.generic | np.ndarray) else value
     if isinstance(scalar, bool | int):
         return Tensor(
-            TExpr.const(float(scalar)),
+            texpr.const(float(scalar)),
             (),
             "bool" if isinstance(scalar, bool) else "int64",
             integer_range=(int(scalar), int(scalar)),
             weak=True,
         )
-    return Tensor(TExpr.const(float(scalar)), (), "float64", weak=True)
+    return Tensor(texpr.const(float(scalar)), (), "float64", weak=True)
 
 
 def _numpy_operand(x: Tensor) -> str | float:
@@ -601,7 +617,7 @@ def _numpy_operand(x: Tensor) -> str | float:
 
 def _derived(
     what: str,
-    expr: TExpr,
+    expr: Term,
     shape: Shape,
     dtype: str,
     parents: Sequence[Tensor],
@@ -616,7 +632,7 @@ def _derived(
     held = dtypes.overflow(what, dtype, values)
     if held == "clamp":
         return Tensor(
-            TExpr.binary("min", expr, TExpr.const(1.0)), shape, dtype, integer_range=(0, 1)
+            texpr.binary("min", expr, texpr.const(1.0)), shape, dtype, integer_range=(0, 1)
         )
     if held == "wrap":
         least = int(np.iinfo(dtype).min)  # _wrapped computes v - least too
@@ -629,24 +645,24 @@ def _derived(
     return Tensor(expr, shape, dtype, integer_range=values, needs_float64=wide)
 
 
-def _wrapped(expr: TExpr, dtype: str) -> TExpr:
+def _wrapped(expr: Term, dtype: str) -> Term:
     """`expr`, integers within 2**53, wrapped around into the integer `dtype` as numpy's
     fixed-width integers do (`_modulo` by 2**bits from the dtype's least value), exact where
     v and v - least are (`_derived` makes the kernel float64 where they need it)."""
     return _modulo(expr, 2 ** (8 * np.dtype(dtype).itemsize), int(np.iinfo(dtype).min))
 
 
-def _modulo(expr: TExpr, modulus: int, least: int = 0) -> TExpr:
+def _modulo(expr: Term, modulus: int, least: int = 0) -> Term:
     """v - floor((v - least) / modulus) * modulus: the integer v moved into [least, least +
     modulus), for a power of two `modulus` (its reciprocal is exact), exact in floating point
     where v and v - least are."""
-    shifted = expr if least == 0 else TExpr.binary("sub", expr, TExpr.const(float(least)))
-    scaled = TExpr.binary("mul", shifted, TExpr.const(1.0 / modulus))
-    turns = TExpr.binary("mul", TExpr.unary("floor", scaled), TExpr.const(float(modulus)))
-    return TExpr.binary("sub", expr, turns)
+    shifted = expr if least == 0 else texpr.binary("sub", expr, texpr.const(float(least)))
+    scaled = texpr.binary("mul", shifted, texpr.const(1.0 / modulus))
+    turns = texpr.binary("mul", texpr.unary("floor", scaled), texpr.const(float(modulus)))
+    return texpr.binary("sub", expr, turns)
 
 
-def _view(x: Tensor, expr: TExpr, shape: Shape) -> Tensor:
+def _view(x: Tensor, expr: Term, shape: Shape) -> Tensor:
     """`x`'s elements, rearranged by `expr` into `shape`."""
     return Tensor(
         expr, shape, x.dtype, integer_range=x.integer_range, needs_float64=x.needs_float64
@@ -656,9 +672,9 @@ def _view(x: Tensor, expr: TExpr, shape: Shape) -> Tensor:
 def _full(value: int | float, shape: Shape, dtype: str) -> Tensor:
     """A tensor of `shape` and value dtype `dtype` filled with `value`, which it requires to be
     a value of `dtype`."""
-    expr = TExpr.const(float(value))
+    expr = texpr.const(float(value))
     if shape:
-        expr = TExpr.broadcast(expr, shape)
+        expr = texpr.broadcast(expr, shape)
     values = None if dtypes.dtype_range(dtype) is None else (int(value), int(value))
     return Tensor(expr, shape, dtype, integer_range=values)
 
@@ -685,7 +701,7 @@ def _unary(op: str, x: object) -> Tensor:
             "sign": (-1 if lo < 0 else 0, 1 if hi > 0 else 0),
             "relu": (builtins.max(lo, 0), builtins.max(hi, 0)),
         }.get(op, (lo, hi))  # floor, ceil, trunc: integers are their own
-    return _derived(op, TExpr.unary(op, x.expr), x.shape, dtype, (x,), values)
+    return _derived(op, texpr.unary(op, x.expr), x.shape, dtype, (x,), values)
 
 
 def _binary(op: str, a: object, b: object, what: str | None = None) -> Tensor:
@@ -694,7 +710,7 @@ def _binary(op: str, a: object, b: object, what: str | None = None) -> Tensor:
     ta, tb = _operands(what, (a, b))
     shape = shapes.broadcast(what, ta.shape, tb.shape)
     dtype = dtypes.result_dtype(what, interp.BINARY[op], _numpy_operand(ta), _numpy_operand(tb))
-    expr, values = TExpr.binary(op, ta.expr, tb.expr), None
+    expr, values = texpr.binary(op, ta.expr, tb.expr), None
     if dtypes.dtype_range(dtype) is not None:
         values = _binary_range(op, ta.integer_range, tb.integer_range)  # type: ignore[arg-type]
         limit = dtypes.EXACT_INTEGERS["float64"]
@@ -707,20 +723,20 @@ def _binary(op: str, a: object, b: object, what: str | None = None) -> Tensor:
     return _derived(what, expr, shape, dtype, (ta, tb), values)
 
 
-def _split_product(ta: Tensor, tb: Tensor) -> tuple[TExpr, dtypes.IntegerRange]:
+def _split_product(ta: Tensor, tb: Tensor) -> tuple[Term, dtypes.IntegerRange]:
     """a * b for integers of at most 32 bits whose product may pass 2**53, congruent to it
     modulo 2**32 and exact in float64 (`_derived` then wraps it as numpy): with
     a = high * 2**16 + low, a * b = (high * b mod 2**16) * 2**16 + low * b (mod 2**32), every
     step under 2**49. Returns the term and its range."""
     half = 2**16
 
-    def times(x: TExpr, y: TExpr) -> TExpr:
-        return TExpr.binary("mul", x, y)
+    def times(x: Term, y: Term) -> Term:
+        return texpr.binary("mul", x, y)
 
     low = _modulo(ta.expr, half)
-    high = TExpr.unary("floor", times(ta.expr, TExpr.const(1.0 / half)))
+    high = texpr.unary("floor", times(ta.expr, texpr.const(1.0 / half)))
     high_b_low = _modulo(times(high, tb.expr), half)
-    total = TExpr.binary("add", times(high_b_low, TExpr.const(float(half))), times(low, tb.expr))
+    total = texpr.binary("add", times(high_b_low, texpr.const(float(half))), times(low, tb.expr))
     least, greatest = tb.integer_range  # type: ignore[misc]
     top = half - 1
     return total, (top * builtins.min(least, 0), top * half + top * builtins.max(greatest, 0))
@@ -802,7 +818,7 @@ def _basic_index(x: Tensor, key: object) -> Tensor:
             starts.append(position % n), steps.append(1), extents.append(1)
     view = x
     if (tuple(starts), tuple(extents)) != ((0,) * x.ndim, x.shape) or any(s != 1 for s in steps):
-        view = _view(x, TExpr.slice(x.expr, starts, steps, extents), tuple(extents))
+        view = _view(x, texpr.slice(x.expr, starts, steps, extents), tuple(extents))
     return _reshape(view, tuple(shape))
 
 
@@ -816,14 +832,14 @@ def _reshape(x: Tensor, shape: Shape) -> Tensor:
     shape = shapes.reshape(x.shape, shape)
     if shape == x.shape:
         return x
-    return _view(x, TExpr.reshape(x.expr, shape), shape)
+    return _view(x, texpr.reshape(x.expr, shape), shape)
 
 
 def _broadcast_to(x: Tensor, shape: Shape) -> Tensor:
     """`x` broadcast to `shape`; `x` itself when the shape is unchanged."""
     if shape == x.shape:
         return x
-    return _view(x, TExpr.broadcast(x.expr, shapes.broadcast_to(x.shape, shape)), shape)
+    return _view(x, texpr.broadcast(x.expr, shapes.broadcast_to(x.shape, shape)), shape)
 
 
 def _reduce(op: str, x: Tensor, axis: Axes, keepdims: bool) -> Tensor:
@@ -843,7 +859,7 @@ def _reduce(op: str, x: Tensor, axis: Axes, keepdims: bool) -> Tensor:
         values = None
         if dtypes.dtype_range(dtype) is not None:
             values = _reduced_range(op, result.integer_range, result.shape[ax])  # type: ignore[arg-type]
-        expr = TExpr.reduce(op, ax, result.expr)
+        expr = texpr.reduce(op, ax, result.expr)
         result = _derived(op, expr, shape, dtype, (result,), values)
     if keepdims:
         kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
@@ -895,11 +911,10 @@ def _arg_extreme(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor
     return _reshape(first, kept)
 
 
-def _short_form(expr: TExpr) -> str:
+def _short_form(expr: Term) -> str:
     """The outermost constructor with its literal arguments; sub-tensors shown as `...`."""
-    args = get_callable_args(expr)
-    shown = ", ".join("..." if isinstance(a, TExpr) else repr(to_term(a)) for a in args)
-    return f"{get_callable_fn(expr)}({shown})"
+    shown = ", ".join("..." if isinstance(a, Term) else repr(a) for a in expr.args)
+    return f"{expr.op}({shown})"
 
 
 # ------------------------------------------------------------ module functions
@@ -1036,7 +1051,7 @@ def where(cond: Tensor | float, a: Tensor | float, b: Tensor | float) -> Tensor:
     values = None
     if dtypes.dtype_range(dtype) is not None:
         values = _union(ta.integer_range, tb.integer_range)  # type: ignore[arg-type]
-    expr = TExpr.where(tc.expr, ta.expr, tb.expr)
+    expr = texpr.where(tc.expr, ta.expr, tb.expr)
     return _derived("where", expr, shape, dtype, (tc, ta, tb), values)
 
 
@@ -1058,7 +1073,7 @@ def arange(start: int, stop: int | None = None, step: int = 1) -> Tensor:
     count = len(range(int(start), int(stop), int(step)))
     if count == 0:
         raise ShapeError(f"arange({start}, {stop}, {step}) is empty; eqsat tensors are never empty")
-    positions = Tensor(TExpr.arange(count), (count,), "int64", integer_range=(0, count - 1))
+    positions = Tensor(texpr.arange(count), (count,), "int64", integer_range=(0, count - 1))
     return positions * int(step) + int(start) if (start, step) != (0, 1) else positions
 
 
@@ -1101,21 +1116,21 @@ def remainder(a: Tensor | int, b: Tensor | int) -> Tensor:
     """numpy.remainder (`a % b`, numpy.mod) of integers: a - (a // b) * b, with the sign of
     `b`, 0 where `b` is 0 (as numpy). Of floats it is an UnsupportedError (`floor_divide`)."""
     ta, tb = _integer_operands("remainder", a, b)
-    rest = TExpr.binary("sub", ta.expr, TExpr.binary("mul", _floor_quotient(ta, tb), tb.expr))
+    rest = texpr.binary("sub", ta.expr, texpr.binary("mul", _floor_quotient(ta, tb), tb.expr))
     expr = _zero_for_zero_divisor(tb, rest)
     largest = builtins.max(builtins.abs(tb.integer_range[0]), builtins.abs(tb.integer_range[1]))  # type: ignore[index]
     return _integer_result("remainder", expr, ta, tb, (1 - largest, largest - 1))
 
 
-def _floor_quotient(ta: Tensor, tb: Tensor) -> TExpr:
+def _floor_quotient(ta: Tensor, tb: Tensor) -> Term:
     """floor(a / b) of integer tensors: their floor division where b is not 0."""
-    return TExpr.unary("floor", TExpr.binary("div", ta.expr, tb.expr))
+    return texpr.unary("floor", texpr.binary("div", ta.expr, tb.expr))
 
 
-def _zero_for_zero_divisor(tb: Tensor, expr: TExpr) -> TExpr:
+def _zero_for_zero_divisor(tb: Tensor, expr: Term) -> Term:
     """`expr`, but 0 where the divisor `tb` is 0 (numpy's integer division and remainder)."""
-    zero = TExpr.const(0.0)
-    return TExpr.where(TExpr.binary("eq", tb.expr, zero), zero, expr)
+    zero = texpr.const(0.0)
+    return texpr.where(texpr.binary("eq", tb.expr, zero), zero, expr)
 
 
 def _integer_operands(what: str, a: object, b: object) -> tuple[Tensor, Tensor]:
@@ -1131,7 +1146,7 @@ def _integer_operands(what: str, a: object, b: object) -> tuple[Tensor, Tensor]:
 
 
 def _integer_result(
-    what: str, expr: TExpr, ta: Tensor, tb: Tensor, values: dtypes.IntegerRange
+    what: str, expr: Term, ta: Tensor, tb: Tensor, values: dtypes.IntegerRange
 ) -> Tensor:
     """`expr` of integer operands `ta` and `tb` (`floor_divide`, `remainder`), of numpy's dtype
     for `what`. Its steps (a / b, the quotient times b) stay exact where the operands' sum is:
@@ -1283,7 +1298,7 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     if dtypes.dtype_range(dtype) is not None:
         products = _binary_range("mul", a.integer_range, b.integer_range)  # type: ignore[arg-type]
         values = (k_a * products[0], k_a * products[1])
-    result = _derived("matmul", TExpr.matmul(a3.expr, b3.expr), shape, dtype, (a, b), values)
+    result = _derived("matmul", texpr.matmul(a3.expr, b3.expr), shape, dtype, (a, b), values)
     if a.ndim == 1:
         shape = shape[:-2] + shape[-1:]
     if b.ndim == 1:
@@ -1549,7 +1564,7 @@ def concatenate(arrays: Sequence[Tensor], axis: int = 0) -> Tensor:
         values = None
         if dtypes.dtype_range(dtype) is not None:
             values = _union(joined.integer_range, part.integer_range)  # type: ignore[arg-type]
-        expr = TExpr.concat(joined.expr, part.expr, dim)
+        expr = texpr.concat(joined.expr, part.expr, dim)
         joined = _derived("concatenate", expr, shape, dtype, (joined, part), values)
     return joined
 

@@ -26,7 +26,7 @@ import numpy as np
 from eqsat.backend_c.kernel import Kernel
 from eqsat.core.interp import evaluate
 from eqsat.core.measure import RTOL
-from eqsat.core.terms import Term
+from eqsat.core.term import Term
 
 SEED = 0
 SPECIAL_RATE = 0.02
@@ -48,7 +48,7 @@ class Check:
 
 def check_kernel(kernel: Kernel, written: Sequence[Term], assume_finite: bool) -> Check:
     """Run `kernel` on the module's input sets and compare its outputs with `written` (one term
-    per output, in the kernel's compute dtype, as `eqsat.api.Optimized.original`).
+    per output, in the kernel's compute dtype, as `eqsat.optimizer.Optimized.original`).
 
     It requires: the host runs `kernel.isa`; `written`'s inputs are the kernel's, by name."""
     start = time.perf_counter()

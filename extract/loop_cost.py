@@ -58,7 +58,7 @@ from eqsat.core.loops import (
     without_offset,
     without_unit_tail,
 )
-from eqsat.core.terms import Arg, Term, index_items
+from eqsat.core.term import Arg, Term, index_items
 from eqsat.extract.machine import Machine
 
 LOOP_OVERHEAD = 1.0  # cycles per iteration (increment, compare, branch)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from eqsat.core import shapes
 from eqsat.core.shapes import Shape
-from eqsat.core.terms import Arg, Term, subterms
+from eqsat.core.term import Arg, Term, subterms
 from eqsat.extract.loop_cost import BINARY_CYCLES, UNARY_CYCLES
 from eqsat.extract.machine import Machine
 

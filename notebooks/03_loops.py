@@ -26,11 +26,12 @@ import numpy as np
 from IPython.display import display
 
 import eqsat
-from eqsat.api import after_extraction, build
+from eqsat.api import build
 from eqsat.core.measure import interleaved_medians, random_inputs
 from eqsat.core.pretty import format_loops
 from eqsat.core.terms import LoopProgram
 from eqsat.extract.loop_cost import LoopCost
+from eqsat.optimizer import after_extraction
 from eqsat.tools import model_check
 from eqsat.view.plot import Point, scatter
 

@@ -6,7 +6,7 @@ all of one shape S, computes the same values when every buffer is read as a 1-D 
 prod(S) elements: the same memory, read and written in the same order. Lowered that way it is
 one loop, which the schedule splits into a parallel and a vector loop, instead of a nest whose
 inner loop may hold only a few elements (a (2012, 4) array: 2012 masked vectors of 4 lanes).
-`eqsat.api.optimize` optimizes the flattened program; the kernel keeps the user's shapes.
+`eqsat.optimizer.optimize` optimizes the flattened program; the kernel keeps the user's shapes.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 
 from eqsat.core import shapes
-from eqsat.core.terms import Term
+from eqsat.core.term import Term
 
 # Ops whose element depends only on the same element of their operands (numpy broadcasting of
 # a rank-0 operand included).

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 from eqsat.core import shapes
 from eqsat.core.errors import DTypeError, ShapeError
-from eqsat.core.terms import REDUCE_IDENTITY, LoopProgram, Term, index_list
+from eqsat.core.term import REDUCE_IDENTITY, LoopProgram, Term, index_list
 from eqsat.rewrites.flatten import ELEMENTWISE_OPS
 
 EXPENSIVE_UNARY = frozenset(

@@ -16,10 +16,11 @@ import pytest
 
 import eqsat
 from eqsat import autotune
-from eqsat.api import Optimized, build
+from eqsat.api import build
 from eqsat.backend_c.build import cache_dir
 from eqsat.backend_c.kernel import Kernel
 from eqsat.core.terms import LoopProgram
+from eqsat.optimizer import Optimized
 
 SHAPE = (64, 64)
 PROGRESS_LINE = re.compile(

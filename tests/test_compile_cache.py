@@ -14,6 +14,7 @@ import pytest
 
 import eqsat
 import eqsat.api
+import eqsat.optimizer
 from eqsat import compile_cache
 from eqsat.core.saturate import Limits
 from eqsat.core.terms import TExpr
@@ -43,13 +44,13 @@ def cache(fresh_cache: Path) -> Path:
 def optimizer_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts calls of the optimizer behind `eqsat.compile`."""
     runs: list[int] = []
-    optimize = eqsat.api.optimize
+    optimize = eqsat.optimizer.optimize
 
     def counted(*args: Any, **kwargs: Any) -> eqsat.Optimized:
         runs.append(1)
         return optimize(*args, **kwargs)
 
-    monkeypatch.setattr(eqsat.api, "optimize", counted)
+    monkeypatch.setattr(eqsat.optimizer, "optimize", counted)
     return runs
 
 
@@ -88,6 +89,26 @@ def test_a_new_process_answers_from_the_cache(cache: Path) -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     assert result.stdout.startswith("(answered from the compile cache: ")
+
+
+def test_a_cache_hit_imports_neither_egglog_nor_the_optimizer(cache: Path) -> None:
+    """A new process that builds a program and compiles it from the cache loads no e-graph
+    machinery (ARCHITECTURE §1: the frontend builds Terms without egglog)."""
+    script = (
+        "import eqsat, sys\n"
+        "x = eqsat.tensor('x', (6, 10))\n"
+        "kernel = eqsat.compile(eqsat.relu(x * 2.0 + 1.0).sum(axis=1), progress=False)\n"
+        "loaded = sorted(m for m in ('egglog', 'eqsat.optimizer', 'eqsat.core.terms', "
+        "'eqsat.core.saturate') if m in sys.modules)\n"
+        "sys.stdout.write(repr(loaded) + '\\n' + kernel.explain().splitlines()[-1])\n"
+    )
+    eqsat.compile(program(), progress=False)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    loaded, note = result.stdout.split("\n")
+    assert note.startswith("(answered from the compile cache: ")
+    assert loaded == "[]"
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 import eqsat
-from eqsat.api import Optimized, build
+from eqsat.api import build
 from eqsat.backend_c.kernel import Kernel
 from eqsat.core.terms import LoopProgram
 from eqsat.extract.machine import host
+from eqsat.optimizer import Optimized
 from eqsat.tools import model_check
 
 TINY = model_check.Mix(best=2, sampled=2, perturbed=2)

@@ -287,7 +287,7 @@ def test_matmul_of_unit_dimensions_vectorizes_nothing_it_cannot(isa: str) -> Non
 
 
 def test_a_small_kernel_searches_a_smaller_loop_e_graph() -> None:
-    """Below api.SMALL_KERNEL_SECONDS of work, the loop stage stops at small_kernel_nodes; a
+    """Below optimizer.SMALL_KERNEL_SECONDS of work, the loop stage stops at small_kernel_nodes; a
     larger kernel, or small_kernel_nodes=None, keeps the whole budget."""
     budget = Limits(nodes=20_000, small_kernel_nodes=1_000, seconds=60, extraction_seconds=60)
     small = eqsat.softmax(eqsat.tensor("s", (16, 64)), -1)

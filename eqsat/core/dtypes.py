@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from eqsat.core.errors import UnsupportedError
-from eqsat.core.terms import Arg, Term
+from eqsat.core.term import Arg, Term
 
 # the value dtypes an input may have
 INPUT_DTYPES = (

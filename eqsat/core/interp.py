@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from eqsat.core.loops import split_tile, trips_here
-from eqsat.core.terms import Arg, LoopProgram, Term, index_items
+from eqsat.core.term import Arg, LoopProgram, Term, index_items
 
 
 def _erf(x: Any) -> Any:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from eqsat.core.terms import Term, index_items, index_list
+from eqsat.core.term import Term, index_items, index_list
 
 # Ops the C backend has a vector form for; any other op keeps a loop scalar.
 # (log1p, expm1, sin and cos have no vector form yet: their loops run libm's scalar functions)

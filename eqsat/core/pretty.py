@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from eqsat.core.loops import axis_extent
-from eqsat.core.terms import Term, index_items
+from eqsat.core.term import Term, index_items
 
 _INFIX = {
     "add": "+",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from eqsat.core.saturate import SaturationReport
+from eqsat.core.limits import SaturationReport
 
 QUIET_SECONDS = 2.0
 EXTRACTION_NODES = 20_000

@@ -33,8 +33,8 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from dataclasses import dataclass, replace
+from typing import cast
 
 from egglog import (
     EggSmolError,
@@ -56,6 +56,7 @@ from egglog import (
 from egglog.egraph import RewriteOrRule
 
 from eqsat.core.errors import UnsoundMergeError
+from eqsat.core.limits import Limits, SaturationReport
 from eqsat.core.terms import CONSTRUCTORS, Index, Scalar, TExpr
 
 merged_literals = relation("merged_literals", String, String, String)  # constructor, a, b
@@ -95,77 +96,10 @@ def _merged_literals(
     )
 
 
-@dataclass(frozen=True)
-class Limits:
-    """A stage's limits (module doc): `nodes` and `iterations` are its budget of work,
-    `seconds` and `extraction_seconds` safety nets."""
-
-    # Term e-nodes (analysis facts not counted). Attention's loop stage grows 7.5k -> 19.8k
-    # e-nodes in 1.3 s here, for a kernel 5% faster (docs/MEASUREMENTS.md).
-    nodes: int = 20_000
-    # The safety nets, far above what the budget of work takes (every bench workload's stage
-    # stops on it within 1 s, docs/MEASUREMENTS.md): at 2 s, the first compile in a process,
-    # whose first step is slow, stopped attention's loop stage after one round.
-    seconds: float = 30.0
-    iterations: int = 30
-    extraction_seconds: float = 30.0  # to extract a stage's best program (best found so far)
-    # The loop stage of a small kernel (roofline time under `api.SMALL_KERNEL_SECONDS`, 0.1 ms)
-    # stops at this many e-nodes instead of `nodes` (None: `nodes` for every kernel): attention
-    # 256x32 reaches the same prediction at 4.8k e-nodes as at 14k, 0.9 s sooner.
-    small_kernel_nodes: int | None = 10_000
-
-
 # A step's time grows as the e-graph's growth to this power: the steps of attention's kernel
 # e-graph took 4.2x and 3.7x the previous one's time as the e-graph grew 2.6x and 2.3x
 # (docs/MEASUREMENTS.md); steps of a few ms are dominated by fixed costs and grow slower.
 STEP_TIME_GROWTH = 1.5
-
-
-@dataclass
-class SaturationReport:
-    stage: str
-    stop_reason: str = "not run"  # saturated | node limit | time limit | iteration limit
-    stop_predicted: bool = False  # stopped before a step predicted to pass the limit
-    iterations: int = 0
-    nodes: int = 0
-    seconds: float = 0.0
-    matches: Counter[str] = field(default_factory=Counter)
-    extraction: str = "not run"  # complete | deadline (the best program found by then)
-    extraction_seconds: float = 0.0
-
-    def summary(self) -> str:
-        fired = ", ".join(f"{name} x{n}" for name, n in sorted(self.matches.items()) if n)
-        extraction = {
-            "complete": "extraction complete",
-            "deadline": "extraction stopped at its deadline (best found so far)",
-        }.get(self.extraction, "extraction not run")
-        predicted = " (the next step was predicted to pass it)" if self.stop_predicted else ""
-        return (
-            f"{self.stage}: {self.stop_reason}{predicted} after {self.iterations} iterations, "
-            f"{self.nodes} e-nodes, {self.seconds:.2f} s; {extraction} in "
-            f"{self.extraction_seconds:.2f} s; rules fired: {fired or 'none'}"
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fields as plain JSON values (`asdict` would rebuild `matches` as Counter(pairs),
-        counting the pairs)."""
-        return {**vars(self), "matches": dict(self.matches)}
-
-    @classmethod
-    def from_dict(cls, fields: dict[str, Any]) -> SaturationReport:
-        """The report `as_dict` gave; TypeError or KeyError if `fields` is not one."""
-        return cls(**{**fields, "matches": Counter(fields["matches"])})
-
-    @property
-    def on_clock(self) -> bool:
-        """Whether a safety net stopped the stage (its time limit or extraction deadline): then,
-        and only then, its result depends on how fast the machine ran."""
-        return self.stop_reason == "time limit" or self.extraction == "deadline"
-
-    def extracted(self, complete: bool, seconds: float) -> None:
-        """Record how the stage's extraction ended."""
-        self.extraction = "complete" if complete else "deadline"
-        self.extraction_seconds = seconds
 
 
 def term_nodes(egraph: EGraph) -> int:

@@ -14,7 +14,7 @@ from typing import Any, TypeGuard
 import numpy as np
 
 from eqsat.core.errors import ShapeError
-from eqsat.core.terms import Term
+from eqsat.core.term import Term
 
 Shape = tuple[int, ...]
 _ShapeOf = Callable[[object], Shape]

@@ -14,13 +14,15 @@ Invariants (ARCHITECTURE §3):
   interpreter resolve as `outer * T + inner`. Interchange and tiling never substitute inside a body.
 - One loop nest never holds two loops over the same axis.
 - Every sort has reference semantics in `eqsat.core.interp`.
+
+`Term` itself, the operator vocabulary, the egglog-free builder of tensor terms (`texpr`) and
+`LoopProgram` live in `eqsat.core.term`, which does not import egglog; they are re-exported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Union
+from collections.abc import Callable
+from typing import Any
 
 from egglog import (
     Expr,
@@ -34,6 +36,23 @@ from egglog import (
     i64Like,
 )
 from egglog.egraph_state import EGraphState
+
+from eqsat.core.term import (  # noqa: F401 - re-exported: the egglog-free half of the language
+    ARITH_OPS,
+    BINARY_OPS,
+    COMPARE_OPS,
+    REDUCE_IDENTITY,
+    REDUCE_OPS,
+    TEXPR_ARGUMENTS,
+    UNARY_OPS,
+    Arg,
+    LoopProgram,
+    Term,
+    index_items,
+    index_list,
+    subterms,
+    texpr,
+)
 
 # ---------------------------------------------------------------- egglog-python's sharing lets
 
@@ -56,34 +75,6 @@ def _transform_let_from_base(self: EGraphState, typed_expr: Any) -> Any:
 
 EGraphState._transform_let = _transform_let_from_base  # type: ignore[method-assign]
 
-
-# ---------------------------------------------------------------- operator vocabulary
-
-UNARY_OPS = (
-    "neg",
-    "abs",
-    "exp",
-    "log",
-    "sqrt",
-    "tanh",
-    "sigmoid",
-    "relu",
-    "log1p",
-    "expm1",
-    "sin",
-    "cos",
-    "sign",
-    "floor",
-    "ceil",
-    "rint",
-    "trunc",
-    "erf",
-)
-ARITH_OPS = ("add", "sub", "mul", "div", "max", "min")
-COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")  # 1.0 where true, 0.0 where false
-BINARY_OPS = ARITH_OPS + COMPARE_OPS
-REDUCE_OPS = ("sum", "max", "prod")
-REDUCE_IDENTITY = {"sum": 0.0, "max": float("-inf"), "prod": 1.0}  # a reduction's start value
 
 # ---------------------------------------------------------------- stage 1: tensor terms
 
@@ -285,32 +276,6 @@ SORTS: tuple[type[Expr], ...] = (TExpr, Axis, Index, IndexList, Scalar, LoopKind
 
 # ---------------------------------------------------------------- read-back
 
-Arg = Union["Term", int, float, str, tuple["Arg", ...]]
-
-
-@dataclass(frozen=True)
-class Term:
-    """A term outside the e-graph: `op` is the constructor's qualified name, e.g. "Stmt.loop"."""
-
-    op: str
-    args: tuple[Arg, ...]
-
-    def __post_init__(self) -> None:
-        # Terms are hashed constantly (memo tables, DAG sharing); hash each node once.
-        object.__setattr__(self, "_hash", hash((self.op, self.args)))
-
-    def __hash__(self) -> int:
-        return self._hash  # type: ignore[attr-defined,no-any-return]
-
-    def __str__(self) -> str:
-        return f"{self.op}({', '.join(_format_arg(a) for a in self.args)})"
-
-
-def _format_arg(arg: Arg) -> str:
-    if isinstance(arg, tuple):
-        return "(" + ", ".join(_format_arg(a) for a in arg) + ")"
-    return repr(arg) if isinstance(arg, str) else str(arg)
-
 
 def _constructor_table() -> dict[str, Callable[..., Expr]]:
     return {
@@ -331,7 +296,10 @@ def sort_of(expr: Any) -> type[Expr]:
 
 
 def to_term(expr: Any) -> Arg:
-    """Read an egglog expression (built from the sorts above) back as a Term."""
+    """Read an egglog expression (built from the sorts above) back as a Term; a Term (the
+    frontend's `Tensor.expr`, built by `texpr`) is returned as it is."""
+    if isinstance(expr, Term):
+        return expr
     return _to_term(expr, {})
 
 
@@ -358,38 +326,6 @@ def _to_term(expr: Any, read: dict[Any, Arg]) -> Arg:
     return term
 
 
-def index_list(items: Sequence[Term]) -> Term:
-    """The IndexList term holding `items` in order."""
-    result = Term("IndexList.nil", ())
-    for item in reversed(items):
-        result = Term("IndexList.cons", (item, result))
-    return result
-
-
-def subterms(terms: Iterable[Arg]) -> set[Arg]:
-    """`terms` and every Term and tuple of arguments inside them, each once."""
-    found: set[Arg] = set()
-    stack = list(terms)
-    while stack:
-        term = stack.pop()
-        if isinstance(term, Term | tuple) and term not in found:
-            found.add(term)
-            stack.extend(term.args if isinstance(term, Term) else term)
-    return found
-
-
-def index_items(index_list_term: Term) -> list[Term]:
-    """The Index terms of an IndexList term, in order."""
-    items = []
-    node = index_list_term
-    while node.op == "IndexList.cons":
-        head, tail = node.args
-        assert isinstance(head, Term) and isinstance(tail, Term)
-        items.append(head)
-        node = tail
-    return items
-
-
 def to_egglog(term: Arg, built: dict[Term, Any] | None = None) -> Any:
     """Build the egglog expression for a Term (tuples become Vecs, literals stay literals).
 
@@ -406,24 +342,3 @@ def to_egglog(term: Arg, built: dict[Term, Any] | None = None) -> Any:
     if isinstance(term, tuple):
         return tuple(to_egglog(a, built) for a in term)
     return term
-
-
-# ---------------------------------------------------------------- a lowered kernel
-
-
-@dataclass(frozen=True)
-class LoopProgram:
-    """A kernel as a loop term plus its signature.
-
-    Buffer `in{i}` is argument i (user name `inputs[i][0]`), buffer `out{k}` is result k;
-    temporaries are declared by `Stmt.alloc` inside `body`. Every buffer is dense, row-major and
-    of `dtype`. User names never appear inside `body`.
-    """
-
-    body: Term
-    inputs: tuple[tuple[str, tuple[int, ...]], ...]
-    outputs: tuple[tuple[int, ...], ...]
-    dtype: str
-
-    def with_body(self, body: Term) -> LoopProgram:
-        return LoopProgram(body, self.inputs, self.outputs, self.dtype)

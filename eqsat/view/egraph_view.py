@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from egglog import EGraph
 
-from eqsat.core.terms import Arg, Term
+from eqsat.core.term import Arg, Term
 from eqsat.extract.extractor import SerializedGraph
 from eqsat.view.svg import FONT_SIZE, SvgPicture, escape, px, svg_document, svg_text, text_width
 

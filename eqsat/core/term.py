@@ -1,0 +1,218 @@
+"""Terms outside the e-graph, without egglog: `Term`, the operator vocabulary, the `texpr`
+builder of tensor terms, and `LoopProgram`.
+
+`eqsat.core.terms` declares the egglog sorts and reads their expressions back as these Terms
+(`to_term`); everything before saturation (the frontend) and after extraction (interpreter, cost
+model, C emitter) works on Terms alone, so that a compile answered from the compile cache never
+imports egglog (ARCHITECTURE §1). `eqsat.core.terms` re-exports every name here.
+"""
+
+from __future__ import annotations
+
+import numbers
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+# ---------------------------------------------------------------- operator vocabulary
+
+UNARY_OPS = (
+    "neg",
+    "abs",
+    "exp",
+    "log",
+    "sqrt",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "log1p",
+    "expm1",
+    "sin",
+    "cos",
+    "sign",
+    "floor",
+    "ceil",
+    "rint",
+    "trunc",
+    "erf",
+)
+ARITH_OPS = ("add", "sub", "mul", "div", "max", "min")
+COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")  # 1.0 where true, 0.0 where false
+BINARY_OPS = ARITH_OPS + COMPARE_OPS
+REDUCE_OPS = ("sum", "max", "prod")
+REDUCE_IDENTITY = {"sum": 0.0, "max": float("-inf"), "prod": 1.0}  # a reduction's start value
+
+# ---------------------------------------------------------------- terms
+
+Arg = Union["Term", int, float, str, tuple["Arg", ...]]
+
+
+@dataclass(frozen=True)
+class Term:
+    """A term outside the e-graph: `op` is the constructor's qualified name, e.g. "Stmt.loop"."""
+
+    op: str
+    args: tuple[Arg, ...]
+
+    def __post_init__(self) -> None:
+        # Terms are hashed constantly (memo tables, DAG sharing); hash each node once.
+        object.__setattr__(self, "_hash", hash((self.op, self.args)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined,no-any-return]
+
+    def __str__(self) -> str:
+        return f"{self.op}({', '.join(_format_arg(a) for a in self.args)})"
+
+
+def _format_arg(arg: Arg) -> str:
+    if isinstance(arg, tuple):
+        return "(" + ", ".join(_format_arg(a) for a in arg) + ")"
+    return repr(arg) if isinstance(arg, str) else str(arg)
+
+
+def index_list(items: Sequence[Term]) -> Term:
+    """The IndexList term holding `items` in order."""
+    result = Term("IndexList.nil", ())
+    for item in reversed(items):
+        result = Term("IndexList.cons", (item, result))
+    return result
+
+
+def subterms(terms: Iterable[Arg]) -> set[Arg]:
+    """`terms` and every Term and tuple of arguments inside them, each once."""
+    found: set[Arg] = set()
+    stack = list(terms)
+    while stack:
+        term = stack.pop()
+        if isinstance(term, Term | tuple) and term not in found:
+            found.add(term)
+            stack.extend(term.args if isinstance(term, Term) else term)
+    return found
+
+
+def index_items(index_list_term: Term) -> list[Term]:
+    """The Index terms of an IndexList term, in order."""
+    items = []
+    node = index_list_term
+    while node.op == "IndexList.cons":
+        head, tail = node.args
+        assert isinstance(head, Term) and isinstance(tail, Term)
+        items.append(head)
+        node = tail
+    return items
+
+
+# ---------------------------------------------------------------- building tensor terms
+
+# The arguments of each `TExpr` constructor (`eqsat.core.terms.TExpr`), as egglog converts them:
+# "tensor" a TExpr, "str" a String, "int" an i64, "float" an f64, "ints" a Vec[i64].
+# tests/test_term_builder.py checks this table against the sort's signatures.
+TEXPR_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    "input": ("str", "ints", "str"),
+    "const": ("float",),
+    "unary": ("str", "tensor"),
+    "binary": ("str", "tensor", "tensor"),
+    "where": ("tensor", "tensor", "tensor"),
+    "reduce": ("str", "int", "tensor"),
+    "matmul": ("tensor", "tensor"),
+    "transpose": ("tensor", "ints"),
+    "broadcast": ("tensor", "ints"),
+    "reshape": ("tensor", "ints"),
+    "arange": ("int",),
+    "concat": ("tensor", "tensor", "int"),
+    "slice": ("tensor", "ints", "ints", "ints"),
+}
+
+
+def _as_int(value: Any) -> int:
+    if not isinstance(value, numbers.Integral):
+        raise TypeError(f"expected an int, got {value!r} of type {type(value).__name__}")
+    return int(value)
+
+
+def _as_float(value: Any) -> float:
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise TypeError(f"expected a float, got {value!r} of type {type(value).__name__}")
+    return float(value)
+
+
+def _as_str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a str, got {value!r} of type {type(value).__name__}")
+    return str(value)
+
+
+def _as_ints(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, tuple | list):
+        raise TypeError(f"expected a tuple of ints, got {value!r} of type {type(value).__name__}")
+    return tuple(_as_int(item) for item in value)
+
+
+def _as_tensor(value: Any) -> Term:
+    if not (isinstance(value, Term) and value.op.startswith("TExpr.")):
+        raise TypeError(f"expected a tensor term, got {value!r}")
+    return value
+
+
+_CONVERT: dict[str, Callable[[Any], Arg]] = {
+    "tensor": _as_tensor,
+    "str": _as_str,
+    "int": _as_int,
+    "float": _as_float,
+    "ints": _as_ints,
+}
+
+# Every tensor term built here, by its op and arguments (a float by its hex, which tells -0.0
+# from 0.0): equal tensor terms are one object, as `to_term` reads back equal subexpressions.
+_BUILT: weakref.WeakValueDictionary[tuple[Any, ...], Term] = weakref.WeakValueDictionary()
+
+
+class _TensorTerms:
+    """`texpr.<constructor>(...)`: the Term that `to_term(TExpr.<constructor>(...))` reads back,
+    built without egglog. Arguments are converted as egglog converts them (TEXPR_ARGUMENTS),
+    numpy scalars and an int where a float is expected included; TypeError if one cannot be."""
+
+    def __getattr__(self, name: str) -> Callable[..., Term]:
+        kinds = TEXPR_ARGUMENTS.get(name)
+        if kinds is None:
+            raise AttributeError(f"TExpr has no constructor {name!r}")
+        op = f"TExpr.{name}"
+
+        def build(*args: Any) -> Term:
+            if len(args) != len(kinds):
+                raise TypeError(f"{op} takes {len(kinds)} arguments, got {len(args)}")
+            converted = tuple(_CONVERT[kind](arg) for kind, arg in zip(kinds, args, strict=True))
+            key = (op, *(a.hex() if isinstance(a, float) else a for a in converted))
+            term = _BUILT.get(key)
+            if term is None:
+                term = _BUILT[key] = Term(op, converted)
+            return term
+
+        build.__name__ = name
+        setattr(self, name, build)  # found without __getattr__ from now on
+        return build
+
+
+texpr = _TensorTerms()
+
+# ---------------------------------------------------------------- a lowered kernel
+
+
+@dataclass(frozen=True)
+class LoopProgram:
+    """A kernel as a loop term plus its signature.
+
+    Buffer `in{i}` is argument i (user name `inputs[i][0]`), buffer `out{k}` is result k;
+    temporaries are declared by `Stmt.alloc` inside `body`. Every buffer is dense, row-major and
+    of `dtype`. User names never appear inside `body`.
+    """
+
+    body: Term
+    inputs: tuple[tuple[str, tuple[int, ...]], ...]
+    outputs: tuple[tuple[int, ...], ...]
+    dtype: str
+
+    def with_body(self, body: Term) -> LoopProgram:
+        return LoopProgram(body, self.inputs, self.outputs, self.dtype)
