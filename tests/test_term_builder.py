@@ -126,6 +126,12 @@ def test_equal_terms_are_shared_but_signed_zeros_are_not() -> None:
     zero, negative_zero = texpr.const(0.0), texpr.const(-0.0)
     assert zero is not negative_zero
     assert math.copysign(1.0, negative_zero.args[0]) == -1.0  # type: ignore[arg-type]
+    # ... nor inside a larger term (Term equality takes -0.0 for 0.0)
+    times_zero = texpr.binary("mul", x, zero)
+    times_negative_zero = texpr.binary("mul", x, negative_zero)
+    assert times_negative_zero is not times_zero
+    assert times_negative_zero.args[2] is negative_zero
+    assert texpr.binary("mul", x, texpr.const(0.0)) is times_zero
 
 
 @pytest.mark.parametrize(

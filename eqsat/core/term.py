@@ -164,9 +164,17 @@ _CONVERT: dict[str, Callable[[Any], Arg]] = {
     "ints": _as_ints,
 }
 
-# Every tensor term built here, by its op and arguments (a float by its hex, which tells -0.0
-# from 0.0): equal tensor terms are one object, as `to_term` reads back equal subexpressions.
+# Every tensor term built here, by its op and arguments: equal tensor terms are one object, as
+# `to_term` reads back equal subexpressions. A float is keyed by its hex and a tensor argument by
+# its identity, because Term equality takes 0.0 for -0.0 (`x * -0.0` would become `x * 0.0`).
+# The identity of an argument is unambiguous while its entry lives: the Term stored holds it.
 _BUILT: weakref.WeakValueDictionary[tuple[Any, ...], Term] = weakref.WeakValueDictionary()
+
+
+def _key(value: Arg) -> Any:
+    if isinstance(value, float):
+        return value.hex()
+    return id(value) if isinstance(value, Term) else value
 
 
 class _TensorTerms:
@@ -184,7 +192,7 @@ class _TensorTerms:
             if len(args) != len(kinds):
                 raise TypeError(f"{op} takes {len(kinds)} arguments, got {len(args)}")
             converted = tuple(_CONVERT[kind](arg) for kind, arg in zip(kinds, args, strict=True))
-            key = (op, *(a.hex() if isinstance(a, float) else a for a in converted))
+            key = (op, *map(_key, converted))
             term = _BUILT.get(key)
             if term is None:
                 term = _BUILT[key] = Term(op, converted)
