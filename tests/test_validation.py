@@ -112,3 +112,17 @@ def test_integer_and_half_precision_kernels_agree() -> None:
         assert ": agrees" in kernel.explain(), kernel.explain()
 
 
+
+
+def test_a_large_elementwise_program_is_checked_at_sampled_positions() -> None:
+    """Past SAMPLE elements, an elementwise program's reference is evaluated at SAMPLE seeded
+    positions only: a wrong value, or a NaN where numpy has none, is still seen."""
+    from eqsat.validation import SAMPLE
+
+    x = eqsat.tensor("x", (SAMPLE // 100, 300))  # 3 x SAMPLE elements
+    kernel = eqsat.compile(x * 2.0, progress=False, cache=False, check=False)
+    assert check_kernel(kernel, [to_term((x * 2.0).expr)], assume_finite=False).ok
+    verdict = check_kernel(kernel, [to_term((x * 2.001).expr)], assume_finite=False)
+    assert not verdict.ok and "where numpy gives" in verdict.detail
+    nan_free = to_term(eqsat.where(x == x, x * 2.0, 0.0).expr)
+    assert "NaN differs" in check_kernel(kernel, [nan_free], assume_finite=False).detail

@@ -71,7 +71,7 @@ REDUCE: dict[str, Callable[..., Any]] = {"sum": np.sum, "max": np.max, "prod": n
 
 def _binary(op: str, a: Any, b: Any, dtype: np.dtype) -> Any:
     """Comparisons yield 1.0/0.0 in `dtype`, like every other op."""
-    return np.asarray(BINARY[op](a, b)).astype(dtype)
+    return np.asarray(BINARY[op](a, b)).astype(dtype, copy=False)
 
 
 # ---------------------------------------------------------------- tensor terms
