@@ -51,8 +51,12 @@ def test_quick_bench_writes_checked_figures(
         assert [s["stage"] for s in workload["stages"]] == ["algebra", "loops"]
         dram_ok = workload["name"] != "elementwise" or workload["peak_fraction"] >= 0.8
         assert workload["met"] == (workload["ratios"]["numpy"] >= workload["target"] and dram_ok)
-    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()]
+    printed = capsys.readouterr().out
+    rows = [line.split()[0] for line in printed.splitlines() if line.strip()]
     assert "elementwise" in rows and "softmax" in rows and "matmul" not in rows
+    (warm,) = [line for line in printed.splitlines() if line.startswith("warm start:")]
+    assert "answered from the compile cache in a new process" in warm, warm
+    assert warm.endswith("egglog not imported"), warm
 
 
 def test_a_wrong_kernel_is_reported_as_a_mismatch() -> None:
