@@ -154,9 +154,9 @@ def _draw(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.nd
     if kind in "iu":
         low = 0 if kind == "u" else -INTEGER_RANGE
         return rng.integers(low, INTEGER_RANGE + 1, shape).astype(dtype)
-    if dtype in ("float32", "float64"):
-        return rng.standard_normal(shape, dtype=dtype)  # drawn in place: inputs can be large
-    return rng.standard_normal(shape).astype(dtype)
+    if dtype == "float32":
+        return rng.standard_normal(shape, dtype=np.float32)  # no float64 copy: inputs can be large
+    return rng.standard_normal(shape).astype(dtype, copy=False)
 
 
 def _with_specials(value: np.ndarray, rng: np.random.Generator) -> np.ndarray:
