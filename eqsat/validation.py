@@ -14,8 +14,9 @@ An elementwise program larger than SAMPLE elements is compared at SAMPLE seeded 
 kernel runs on the whole arrays, the written program on those elements alone). An output agrees
 when NaN, +inf and -inf stand exactly where numpy's float64 evaluation puts them (or, where that
 differs, its evaluation in the kernel's compute dtype: a float32 overflow), and every other
-element is within ARCHITECTURE §9's tolerance of the float64 evaluation, widened by SLACK times numpy's own error there in the compute dtype (a
-program that cancels, `(x + 1e8) - 1e8`, is as far off in float32 numpy as in the kernel).
+element is within ARCHITECTURE §9's tolerance of the float64 evaluation, widened by SLACK
+times numpy's own error there in the compute dtype (a program that cancels, `(x + 1e8) - 1e8`,
+is as far off in float32 numpy as in the kernel).
 """
 
 from __future__ import annotations
