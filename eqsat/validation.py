@@ -5,18 +5,23 @@ program as the user wrote it, evaluated by numpy (`eqsat.core.interp.evaluate`) 
 kernel checked"); a kernel that disagrees is replaced by the written program's plain nest. Two
 sets of inputs, both from a fixed seed, so a check always sees the same values:
 
-1. normal values: standard normal floats, small integers, random booleans;
+1. normal values: standard normal floats, small integers, random booleans, each input a seeded
+   block of PERIOD values repeated (drawing 16M normal floats cost more than a small compile);
 2. the same with SPECIAL_RATE of each float input (and at least one of each) replaced by NaN,
-   +inf, -inf or -0.0 (skipped under `assume_finite`, whose identities may change what a NaN
-   becomes).
+   +inf, -inf or -0.0, at the same positions of every block (skipped under `assume_finite`,
+   whose identities may change what a NaN becomes).
 
-An elementwise program larger than SAMPLE elements is compared at SAMPLE seeded positions (the
-kernel runs on the whole arrays, the written program on those elements alone). An output agrees
-when NaN, +inf and -inf stand exactly where numpy's float64 evaluation puts them (or, where that
-differs, its evaluation in the kernel's compute dtype: a float32 overflow), and every other
-element is within ARCHITECTURE §9's tolerance of the float64 evaluation, widened by SLACK
-times numpy's own error there in the compute dtype (a program that cancels, `(x + 1e8) - 1e8`,
-is as far off in float32 numpy as in the kernel).
+Evaluating the written program in float64 can cost more than the compile it checks (a 4096x4096
+softmax, attention over 4096 queries). Where no op mixes the positions of one axis of the outputs
+(`eqsat.core.subset`: rows of a row-wise program, of `x @ W`, of attention, any axis of an
+elementwise one), the kernel runs on the whole arrays and the written program on a seeded subset
+of that axis's indices, the first and last always among them: as many as keep about SAMPLE output
+elements and WORK flops, at least MIN_KEPT. An output agrees when NaN, +inf and -inf stand
+exactly where numpy's float64 evaluation puts them (or, where that differs, its evaluation in
+the kernel's compute dtype: a float32 overflow), and every other element is within
+ARCHITECTURE §9's tolerance of the float64 evaluation, widened by SLACK times numpy's own error
+there in the compute dtype (a program that cancels, `(x + 1e8) - 1e8`, is as far off in float32
+numpy as in the kernel).
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ from eqsat.backend_c.kernel import Kernel
 from eqsat.core import shapes
 from eqsat.core.interp import evaluate
 from eqsat.core.measure import RTOL
+from eqsat.core.subset import Subset, along
 from eqsat.core.term import Term
-from eqsat.rewrites.flatten import flatten, is_elementwise
+from eqsat.extract.tensor_cost import work_flops
 
 SEED = 0
 SPECIAL_RATE = 0.02
@@ -41,9 +47,15 @@ SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0])
 SLACK = 4.0  # reassociation may round differently from numpy, by a few times numpy's own error
 FLOAT16_RTOL = 1e-3  # a float16 output is rounded once more: up to half its 2**-10 spacing
 INTEGER_RANGE = 50  # integer inputs are drawn from [-50, 50] ([0, 50] unsigned)
-# An elementwise program is compared at this many seeded positions of its outputs: evaluating a
-# 16M-element program in float64 took seconds, several times the compile it checked.
+# The written program is evaluated on a subset of an output axis's indices: about SAMPLE output
+# elements and WORK flops (`work_flops`), at least MIN_KEPT indices. Evaluating a 4096x4096
+# softmax whole in float64 took 4 s, 70% of its compile.
 SAMPLE = 1 << 16
+WORK = 1 << 25
+MIN_KEPT = 8
+# Each input repeats a seeded block of this many values (a prime, so that no row or vector
+# length divides it): drawing 16M normal floats took 0.15-0.3 s, writing a block over them 12 ms.
+PERIOD = 65537
 
 
 @dataclass(frozen=True)
@@ -64,25 +76,32 @@ def check_kernel(kernel: Kernel, written: Sequence[Term], assume_finite: bool) -
     start = time.perf_counter()
     rng = np.random.default_rng(SEED)
     sample = _sample(written, rng)
-    if sample is not None:  # the written program over the sampled elements only
-        written = flatten(written, len(sample))
-    normal = {spec.name: _draw(spec.shape, str(spec.dtype), rng) for spec in kernel.inputs}
-    sets = {"normal values": normal}
-    if not assume_finite and any(np.dtype(spec.dtype).kind == "f" for spec in kernel.inputs):
-        sets["NaN/±inf/-0.0 values"] = {
-            name: _with_specials(value, rng) for name, value in normal.items()
-        }
-    for label, inputs in sets.items():
+    if sample is not None:  # the written program over the sampled indices only
+        written = sample.subset.roots
+    # One array per input, each holding a seeded block repeated; the second set writes its
+    # specials over the first's values (fresh memory is slow to touch first on some hosts).
+    inputs = {spec.name: np.empty(spec.shape, dtype=spec.dtype) for spec in kernel.inputs}
+    for value in inputs.values():
+        _fill(value, _draw(min(value.size, PERIOD), str(value.dtype), rng))
+    labels = ["normal values"]
+    if not assume_finite and any(value.dtype.kind == "f" for value in inputs.values()):
+        labels.append("NaN/±inf/-0.0 values")
+    for label in labels:
+        if label != labels[0]:
+            for value in inputs.values():
+                _put_specials(value, rng)
         outputs = kernel(**inputs)
         got = outputs if isinstance(outputs, tuple) else (outputs,)
+        evaluated = inputs
         if sample is not None:
-            inputs = {name: _at(value, sample) for name, value in inputs.items()}
-            got = tuple(_at(result, sample) for result in got)
+            evaluated = sample.inputs(inputs)
+            got = tuple(np.take(result, sample.indices, sample.axis) for result in got)
         for k, (term, result) in enumerate(zip(written, got, strict=True)):
-            problem = _disagreement(result, term, inputs, kernel.dtype, assume_finite)
+            problem = _disagreement(result, term, evaluated, kernel.dtype, assume_finite)
             if problem:
                 return Check(False, f"output {k} on {label}: {problem}", _since(start))
-    return Check(True, " and ".join(sets), _since(start))
+    where = "" if sample is None else f" {sample}"
+    return Check(True, " and ".join(labels) + where, _since(start))
 
 
 def _disagreement(
@@ -122,19 +141,46 @@ def _disagreement(
     return ""
 
 
-def _sample(written: Sequence[Term], rng: np.random.Generator) -> np.ndarray | None:
-    """SAMPLE seeded positions of the outputs, sorted, when the program is elementwise
-    (`is_elementwise`: each output element depends on the same element of the inputs only) and
-    its outputs have more elements than that; else None (every element is checked)."""
-    size = math.prod(shapes.infer(written[0]))
-    if size <= SAMPLE or not is_elementwise(written):
+@dataclass(frozen=True)
+class _Sample:
+    """The written program over `indices` of its outputs' `axis` (`eqsat.core.subset`)."""
+
+    subset: Subset
+    axis: int
+    extent: int
+    indices: np.ndarray
+
+    def __str__(self) -> str:
+        return f"at {len(self.indices)} of the {self.extent} indices of output axis {self.axis}"
+
+    def inputs(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The inputs of the subset program, from `values` (the kernel's inputs)."""
+        taken = {
+            name: np.take(values[source], self.indices, axis)
+            for name, (source, axis) in self.subset.taken.items()
+        }
+        return {**{name: values[name] for name in self.subset.whole}, **taken}
+
+
+def _sample(written: Sequence[Term], rng: np.random.Generator) -> _Sample | None:
+    """The written program over seeded indices of the longest axis of its outputs along which no
+    op mixes positions, sorted, the first and last among them; None where every index is to be
+    evaluated (too few, no such axis, or outputs of several shapes)."""
+    shape = shapes.infer(written[0])
+    if any(shapes.infer(term) != shape for term in written[1:]):
         return None
-    return np.sort(rng.choice(size, SAMPLE, replace=False))
-
-
-def _at(value: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """The elements of `value` (of the outputs' shape, or rank 0) at flat `positions`."""
-    return value.reshape(-1)[positions] if value.ndim else value
+    size, work = math.prod(shape), max(1.0, work_flops(written))
+    for axis in sorted(range(len(shape)), key=lambda a: -shape[a]):
+        extent = shape[axis]
+        kept = max(MIN_KEPT, math.ceil(extent * min(SAMPLE / size, WORK / work)))
+        if kept >= extent:
+            return None  # this is the longest axis left: every index is cheap enough
+        subset = along(written, axis, kept)
+        if subset is not None:
+            inner = 1 + rng.choice(extent - 2, kept - 2, replace=False)
+            indices = np.sort(np.concatenate(([0, extent - 1], inner)))
+            return _Sample(subset, axis, extent, indices)
+    return None
 
 
 def _specials_differ(got: np.ndarray, want: np.ndarray) -> str:
@@ -147,30 +193,45 @@ def _specials_differ(got: np.ndarray, want: np.ndarray) -> str:
     return ""
 
 
-def _draw(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
-    """Seeded values of `dtype` ("bool", an integer or a float dtype) and `shape`."""
+def _draw(size: int, dtype: str, rng: np.random.Generator) -> np.ndarray:
+    """`size` seeded values of `dtype` ("bool", an integer or a float dtype), 1-D."""
     kind = np.dtype(dtype).kind
     if kind == "b":
-        return rng.random(shape) < 0.5
+        return rng.random(size) < 0.5
     if kind in "iu":
         low = 0 if kind == "u" else -INTEGER_RANGE
-        return rng.integers(low, INTEGER_RANGE + 1, shape).astype(dtype)
+        return rng.integers(low, INTEGER_RANGE + 1, size).astype(dtype)
     if dtype == "float32":
-        return rng.standard_normal(shape, dtype=np.float32)  # no float64 copy: inputs can be large
-    return rng.standard_normal(shape).astype(dtype, copy=False)
+        return rng.standard_normal(size, dtype=np.float32)
+    return rng.standard_normal(size).astype(dtype, copy=False)
 
 
-def _with_specials(value: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """A float `value` with SPECIAL_RATE of its entries, and at least one of each of SPECIALS
-    where it has as many entries, replaced by SPECIALS in turn at seeded positions (others as
-    they are)."""
+def _fill(out: np.ndarray, block: np.ndarray) -> None:
+    """Write the 1-D `block` into `out` repeatedly, in row-major order (cut short at the end).
+
+    It requires: `out` is C-contiguous."""
+    flat = out.reshape(-1)
+    whole = flat.size - flat.size % block.size
+    flat[:whole].reshape(-1, block.size)[:] = block
+    flat[whole:] = block[: flat.size - whole]
+
+
+def _put_specials(value: np.ndarray, rng: np.random.Generator) -> None:
+    """Write SPECIALS in turn over SPECIAL_RATE of the positions of each PERIOD-long block of a
+    float `value` (at least one of each where a block is as long), the same positions in every
+    block, as `_fill` repeats values (others as they are; a non-float `value` unchanged).
+
+    It requires: `value` is C-contiguous."""
     if value.dtype.kind != "f":
-        return value
-    count = min(value.size, max(len(SPECIALS), int(SPECIAL_RATE * value.size)))
-    replaced = value.copy()
-    positions = rng.choice(value.size, count, replace=False)
-    replaced.reshape(-1)[positions] = np.resize(SPECIALS, count)
-    return replaced
+        return
+    period = min(value.size, PERIOD)
+    count = min(period, max(len(SPECIALS), int(SPECIAL_RATE * period)))
+    positions = rng.choice(period, count, replace=False)
+    specials = np.resize(SPECIALS, count).astype(value.dtype)
+    flat = value.reshape(-1)
+    for block_start in range(0, flat.size, period):  # faster than one 2-D scatter (5 vs 12 ms)
+        inside = positions < flat.size - block_start
+        flat[block_start + positions[inside]] = specials[inside]
 
 
 def _since(start: float) -> float:

@@ -31,27 +31,19 @@ def is_flattenable(roots: Sequence[Term]) -> bool:
     element, so no op depends on where an element sits in S.
 
     It requires: `roots` are well-shaped tensor terms (the frontend checks), at least one."""
-    return len(shapes.infer(roots[0])) >= 2 and is_elementwise(roots)
-
-
-def is_elementwise(roots: Sequence[Term]) -> bool:
-    """Whether every root has one shape S and every node of the program is an elementwise op or
-    constant, an input of shape S or (), or a broadcast of a rank-0 value to S (`is_flattenable`
-    without its rank condition). It requires what `is_flattenable` does."""
     shape = shapes.infer(roots[0])
-    if any(shapes.infer(root) != shape for root in roots[1:]):
+    if len(shape) < 2 or any(shapes.infer(root) != shape for root in roots[1:]):
         return False
     return all(_keeps_elements(node, shape) for node in _nodes(roots))
 
 
-def flatten(roots: Sequence[Term], length: int | None = None) -> list[Term]:
+def flatten(roots: Sequence[Term]) -> list[Term]:
     """`roots` over 1-D arrays: every input of the roots' shape S, and every broadcast to S,
-    takes the shape (prod(S),), or (`length`,) where given (the program over that many of the
-    elements, `eqsat.validation`); rank-0 inputs and every other node are kept.
+    takes the shape (prod(S),); rank-0 inputs and every other node are kept.
 
-    It requires: `is_elementwise(roots)`."""
+    It requires: `is_flattenable(roots)`."""
     shape = shapes.infer(roots[0])
-    flat_shape = (math.prod(shape) if length is None else length,)
+    flat_shape = (math.prod(shape),)
     memo: dict[Term, Term] = {}
 
     def flat(term: Term) -> Term:

@@ -112,17 +112,24 @@ def test_integer_and_half_precision_kernels_agree() -> None:
         assert ": agrees" in kernel.explain(), kernel.explain()
 
 
-
-
-def test_a_large_elementwise_program_is_checked_at_sampled_positions() -> None:
-    """Past SAMPLE elements, an elementwise program's reference is evaluated at SAMPLE seeded
-    positions only: a wrong value, or a NaN where numpy has none, is still seen."""
-    from eqsat.validation import SAMPLE
+def test_a_large_program_is_checked_at_sampled_indices_the_first_and_last_among_them() -> None:
+    """Past SAMPLE output elements, the written program is evaluated at seeded indices of one
+    output axis (the first and the last among them): a wrong value, or a NaN where numpy has
+    none, is still seen, in an elementwise program as in a row softmax."""
+    from eqsat.validation import MIN_KEPT, SAMPLE, _sample
 
     x = eqsat.tensor("x", (SAMPLE // 100, 300))  # 3 x SAMPLE elements
-    kernel = eqsat.compile(x * 2.0, progress=False, cache=False, check=False)
-    assert check_kernel(kernel, [to_term((x * 2.0).expr)], assume_finite=False).ok
-    verdict = check_kernel(kernel, [to_term((x * 2.001).expr)], assume_finite=False)
-    assert not verdict.ok and "where numpy gives" in verdict.detail
+    sample = _sample([to_term(eqsat.softmax(x).expr)], np.random.default_rng(0))
+    assert sample is not None and sample.axis == 0
+    assert MIN_KEPT <= len(sample.indices) < x.shape[0]
+    assert sample.indices[0] == 0 and sample.indices[-1] == x.shape[0] - 1
+    assert len(set(sample.indices.tolist())) == len(sample.indices)
+    for program, wrong in ((x * 2.0, x * 2.001), (eqsat.softmax(x), eqsat.softmax(x * 1.01))):
+        kernel = eqsat.compile(program, progress=False, cache=False, check=False)
+        verdict = check_kernel(kernel, [to_term(program.expr)], assume_finite=False)
+        assert verdict.ok and f"of the {x.shape[0]} indices of output axis 0" in verdict.detail
+        verdict = check_kernel(kernel, [to_term(wrong.expr)], assume_finite=False)
+        assert not verdict.ok and "where numpy gives" in verdict.detail
     nan_free = to_term(eqsat.where(x == x, x * 2.0, 0.0).expr)
+    kernel = eqsat.compile(x * 2.0, progress=False, cache=False, check=False)
     assert "NaN differs" in check_kernel(kernel, [nan_free], assume_finite=False).detail
