@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, SupportsFloat, TypeGuard
 
 import numpy as np
 
-from eqsat.core import dtypes, interp, shapes
+from eqsat.core import array_constants, dtypes, interp, shapes
 from eqsat.core.errors import (
     ArgumentError,
     DTypeError,
@@ -533,30 +533,52 @@ def _require(value: object, what: str) -> Tensor:
 
 def _refuse_array(what: str, value: object) -> None:
     """An UnsupportedError naming `what` if `value` is a numpy array: arrays are inputs only
-    (but `_arange_constant`'s)."""
+    (but those `_array_constant` captures)."""
     if isinstance(value, np.ndarray):
         raise UnsupportedError(
-            f"{what}: cannot capture a numpy array of shape {value.shape} as a constant; "
-            "pass it as an input (eqsat.tensor, or an argument of the @eqsat.jit function); "
-            "the one constant array eqsat holds is np.arange(n), reshaped: build masks from "
-            "eqsat.arange (eqsat.arange(n)[:, None] >= eqsat.arange(n): numpy computes "
-            "np.arange(n)[:, None] >= np.arange(n) before eqsat sees it)"
+            f"{what}: cannot capture a numpy array of shape {value.shape} and dtype "
+            f"{value.dtype} as a constant; pass it as an input (eqsat.tensor, or an argument of "
+            "the @eqsat.jit function). The constant arrays eqsat captures are functions of "
+            "their indices: np.arange(n) reshaped, filled arrays (np.ones, np.full), and "
+            "triangles and diagonals of two values (np.tril, np.triu, np.eye, "
+            "np.arange(n)[:, None] >= np.arange(n))"
         )
 
 
-def _arange_constant(value: object) -> Tensor | None:
-    """An integer numpy array holding 0, 1, ..., size - 1 in order (np.arange(n), reshaped:
-    `np.arange(n)[:, None]`) as `arange(size)` of its shape and dtype; else None."""
-    if not isinstance(value, np.ndarray) or value.dtype.kind not in "iu" or not value.size:
+def _array_constant(value: object) -> Tensor | None:
+    """A numpy array that `array_constants.pattern` recognizes, as the Tensor computing it
+    from the loop indices (of its shape and dtype); else None."""
+    if not isinstance(value, np.ndarray) or not value.size:
         return None
     if value.dtype.name not in dtypes.INPUT_DTYPES:
         return None
-    if not np.array_equal(value.ravel(), np.arange(value.size)):
+    found = array_constants.pattern(value)
+    if found is None:
         return None
-    positions = arange(value.size)
-    values = (0, value.size - 1)
-    typed = Tensor(positions.expr, positions.shape, value.dtype.name, integer_range=values)
-    return _reshape(typed, value.shape)
+    if value.dtype.kind in "iu" and not _exact_integers(found.inside, found.outside):
+        return None  # no float holds such an integer exactly
+    dtype = value.dtype.name
+    if found.kind == "arange":
+        positions = arange(value.size)
+        if value.dtype.kind == "f":
+            return _reshape(positions.astype(dtype), value.shape)
+        values = (0, value.size - 1)
+        return _reshape(
+            Tensor(positions.expr, positions.shape, dtype, integer_range=values), value.shape
+        )
+    if found.kind == "filled":
+        return _full(found.inside, value.shape, dtype)
+    rows, columns = value.shape[-2:]
+    offset = arange(columns).reshape(1, columns) - arange(rows).reshape(rows, 1)
+    region = offset <= found.offset if found.kind == "lower" else offset == found.offset
+    inside, outside = _full(found.inside, (), dtype), _full(found.outside, (), dtype)
+    return _reshape(where(region, inside, outside), value.shape)
+
+
+def _exact_integers(*values: float) -> bool:
+    """Whether every one of `values` is held exactly by a float64 (eqsat's integers are)."""
+    limit = dtypes.EXACT_INTEGERS["float64"]
+    return builtins.all(-limit <= v <= limit for v in values)
 
 
 def _is_scalar(value: object) -> TypeGuard[SupportsFloat]:
@@ -579,8 +601,8 @@ def _operands(what: str, values: Sequence[object]) -> list[Tensor]:
             result.append(value)
         elif _is_scalar(value):
             result.append(_constant(value))
-        elif (positions := _arange_constant(value)) is not None:
-            result.append(positions)
+        elif (captured := _array_constant(value)) is not None:
+            result.append(captured)
         else:
             _refuse_array(what, value)
             raise TypeError(

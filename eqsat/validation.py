@@ -37,7 +37,7 @@ from eqsat.backend_c.kernel import Kernel
 from eqsat.core import shapes
 from eqsat.core.interp import evaluate
 from eqsat.core.measure import RTOL
-from eqsat.core.subset import Subset, along
+from eqsat.core.subset import INDICES, Subset, along
 from eqsat.core.term import Term
 from eqsat.extract.tensor_cost import work_flops
 
@@ -159,7 +159,10 @@ class _Sample:
             name: np.take(values[source], self.indices, axis)
             for name, (source, axis) in self.subset.taken.items()
         }
-        return {**{name: values[name] for name in self.subset.whole}, **taken}
+        given = {name: values[name] for name in self.subset.whole} | taken
+        if self.subset.reads_indices:
+            given[INDICES] = self.indices.astype(np.float64)
+        return given
 
 
 def _sample(written: Sequence[Term], rng: np.random.Generator) -> _Sample | None:

@@ -12,8 +12,8 @@ broadcast along it is used whole: `x - x.max(axis=0, keepdims=True)` takes rows 
 maximum over all of them), reductions (over other axes: a result's axis is never the reduced
 one), transposes, reshapes that keep it whole, slices and concatenations along other axes, and a
 product's row, column or batch axis (the other operand whole unless batched). A reshape that
-merges or splits it, a slice or a concatenation along it, and `arange` mix positions: `along`
-then answers None.
+merges or splits it, and a slice or a concatenation along it mix positions: `along` then
+answers None. An `arange` along it (a causal mask's row index) holds the kept indices.
 """
 
 from __future__ import annotations
@@ -25,21 +25,27 @@ from dataclasses import dataclass
 from eqsat.core import shapes
 from eqsat.core.term import Term, subterms
 
+INDICES = "#indices"  # '#' is in no user's input name (a Python identifier)
+
 
 @dataclass(frozen=True)
 class Subset:
     """`roots` over `kept` indices of an axis: each input taken at those indices is a new input
     named as a key of `taken`, whose value is `taken[key]` = (the user's input name, the axis
-    of that input to take the indices along); the inputs in `whole` are used as they are."""
+    of that input to take the indices along); the inputs in `whole` are used as they are; an
+    `arange` along the axis became the input INDICES (the kept indices, as float64), if
+    `reads_indices`."""
 
     roots: list[Term]
     taken: dict[str, tuple[str, int]]
     whole: frozenset[str]
+    reads_indices: bool
 
 
 def along(roots: Sequence[Term], axis: int, kept: int) -> Subset | None:
     """`roots` over `kept` indices of their axis `axis` (whichever indices: the subset program
-    depends only on their count), or None if an op mixes positions along it.
+    depends only on their count, and reads them as INDICES where it needs their values), or
+    None if an op mixes positions along it.
 
     It requires: `roots` are well-shaped tensor terms, at least one, all of one shape S with
     0 <= axis < len(S) and 1 <= kept <= S[axis]."""
@@ -117,7 +123,8 @@ def along(roots: Sequence[Term], axis: int, kept: int) -> Subset | None:
                 return _rebuilt(
                     term, (sub(_term(args[0]), at), args[1], args[2], _with(extents, at, kept))
                 )
-        return None  # TExpr.arange: its values are the indices themselves
+        # TExpr.arange, followed along its one axis: its values are the kept indices
+        return Term("TExpr.input", (INDICES, (kept,), "float64"))
 
     subset = [sub(root, axis) for root in roots]
     if any(root is None for root in subset):
@@ -128,7 +135,8 @@ def along(roots: Sequence[Term], axis: int, kept: int) -> Subset | None:
         for node in subterms(kept_roots)
         if isinstance(node, Term) and node.op == "TExpr.input"
     }
-    return Subset(kept_roots, taken, frozenset(names - set(taken)))
+    whole = frozenset(names - set(taken) - {INDICES})
+    return Subset(kept_roots, taken, whole, INDICES in names)
 
 
 def _intact_axis(source: tuple[int, ...], result: tuple[int, ...], at: int) -> int | None:
