@@ -280,27 +280,74 @@ def strided_index(index: Term, start: int, step: int) -> Term:
 def reshape_index(
     source_shape: Sequence[int], shape: Sequence[int], idx: Sequence[Term]
 ) -> list[Term]:
-    """Index into `source_shape` of element `idx` of its row-major reshape to `shape`."""
-    kept = [d for d, n in enumerate(shape) if n != 1]
-    if [shape[d] for d in kept] == [n for n in source_shape if n != 1]:
+    """Index into `source_shape` of element `idx` of its row-major reshape to `shape`.
+
+    The two shapes split into groups of consecutive dimensions of equal products (`_groups`):
+    an index of one group depends on that group's indices only, so a head split (512, 512) ->
+    (512, 8, 64) reads `[i0, i1 * 64 + i2]`, not a div and mod of the whole flat index."""
+    result: list[Term] = []
+    for source_dims, dims in _groups(source_shape, shape):
+        result.extend(
+            _group_index(
+                [source_shape[d] for d in source_dims],
+                [idx[d] for d in dims],
+                [shape[d] for d in dims],
+            )
+        )
+    return result
+
+
+def _groups(source_shape: Sequence[int], shape: Sequence[int]) -> list[tuple[range, range]]:
+    """The finest split of both shapes into runs of consecutive dimensions (of `source_shape`,
+    of `shape`) whose products are equal, in order; size-1 dimensions join the run before them
+    (or the first run). (512, 512) -> (512, 8, 64): [(0,), (0,)] and [(1,), (1, 2)].
+
+    It requires: the products of the two shapes are equal."""
+    groups: list[tuple[range, range]] = []
+    i = j = 0
+    while i < len(source_shape) or j < len(shape):
+        start_i, start_j = i, j
+        size_i = size_j = 1
+        if i < len(source_shape):
+            size_i, i = source_shape[i], i + 1
+        if j < len(shape):
+            size_j, j = shape[j], j + 1
+        while size_i != size_j:  # the smaller product has dimensions left: the totals agree
+            if size_i < size_j:
+                size_i, i = size_i * source_shape[i], i + 1
+            else:
+                size_j, j = size_j * shape[j], j + 1
+        while i < len(source_shape) and source_shape[i] == 1:
+            i += 1
+        while j < len(shape) and shape[j] == 1:
+            j += 1
+        groups.append((range(start_i, i), range(start_j, j)))
+    return groups
+
+
+def _group_index(
+    source_dims: Sequence[int], idx: Sequence[Term], dims: Sequence[int]
+) -> list[Term]:
+    """The indices into `source_dims` of element `idx` of `dims`, one group of `_groups`."""
+    if [n for n in source_dims if n != 1] == [n for n in dims if n != 1]:
         # Only size-1 dimensions differ: an index mapping without arithmetic.
-        kept_idx = iter(idx[d] for d in kept)
-        return [const_index(0) if n == 1 else next(kept_idx) for n in source_shape]
+        kept_idx = iter(i for i, n in zip(idx, dims, strict=True) if n != 1)
+        return [const_index(0) if n == 1 else next(kept_idx) for n in source_dims]
     flat: Term | None = None
     stride = 1
-    for d in reversed(range(len(shape))):
+    for d in reversed(range(len(dims))):
         term = idx[d] if stride == 1 else Term("Index.scale", (idx[d], stride))
         flat = term if flat is None else Term("Index.add", (term, flat))
-        stride *= shape[d]
+        stride *= dims[d]
     assert flat is not None
     result = []
     stride = 1
-    for d in reversed(range(len(source_shape))):
+    for d in reversed(range(len(source_dims))):
         digit = flat if stride == 1 else Term("Index.div", (flat, stride))
         if d > 0:
-            digit = Term("Index.mod", (digit, source_shape[d]))
+            digit = Term("Index.mod", (digit, source_dims[d]))
         result.append(digit)
-        stride *= source_shape[d]
+        stride *= source_dims[d]
     return result[::-1]
 
 

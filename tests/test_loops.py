@@ -28,8 +28,9 @@ from eqsat.core.terms import LoopProgram, Term, index_list, to_egglog, to_term
 from eqsat.extract.extractor import SerializedGraph
 from eqsat.extract.loop_cost import LoopCost
 from eqsat.extract.machine import Machine, host
+from eqsat.rewrites import lowering
 from eqsat.rewrites.contraction import contract_temporaries
-from eqsat.rewrites.lowering import lower
+from eqsat.rewrites.lowering import lower, reshape_index
 from eqsat.rewrites.schedule import ROOT, schedule
 from eqsat.rewrites.tiling import TileSizes, tile_sizes
 from tests.isas import VECTOR_ISAS
@@ -314,3 +315,50 @@ def test_small_kernels_stay_serial_and_large_ones_run_in_parallel(isa: str) -> N
     machine = PINNED.with_isa(isa)
     assert "omp parallel" not in eqsat.compile(eqsat.exp(small), machine=machine).c_source
     assert "omp parallel" in eqsat.compile(eqsat.exp(large), machine=machine).c_source
+
+
+def _index_value(index: Term, at: dict[Term, int]) -> int:
+    """The value of an Index term, its axes' values given by `at`."""
+    if index.op == "Index.axis":
+        return at[index]
+    parts = [_index_value(a, at) if isinstance(a, Term) else a for a in index.args]
+    match index.op:
+        case "Index.const":
+            return int(parts[0])  # type: ignore[arg-type]
+        case "Index.add":
+            return parts[0] + parts[1]  # type: ignore[operator]
+        case "Index.scale":
+            return parts[0] * parts[1]  # type: ignore[operator]
+        case "Index.div":
+            return parts[0] // parts[1]  # type: ignore[operator]
+        case "Index.mod":
+            return parts[0] % parts[1]  # type: ignore[operator]
+    raise AssertionError(index.op)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from([1, 2, 3, 4, 6]), min_size=0, max_size=4), st.data())
+def test_a_reshapes_index_is_numpys_and_splits_into_groups(
+    source: list[int], data: st.DataObject
+) -> None:
+    """`reshape_index` reads the element numpy's row-major reshape does, at every index."""
+    factors = [p for n in source for p in ((2, n // 2) if n in (4, 6) else (n,))]
+    shape = data.draw(st.permutations(factors)) if data.draw(st.booleans()) else factors
+    shape = [*shape, 1] if data.draw(st.booleans()) else shape
+    idx = [lowering.index_of(lowering.axis(f"d{d}", n)) for d, n in enumerate(shape)]
+    got = reshape_index(source, shape, idx)
+    for element in np.ndindex(*shape):
+        at = dict(zip(idx, element, strict=True))
+        want = np.unravel_index(np.ravel_multi_index(element, shape), source) if source else ()
+        assert tuple(_index_value(i, at) for i in got) == tuple(int(w) for w in want)
+
+
+def test_a_head_split_reads_its_source_without_division() -> None:
+    """(512, 512) -> (512, 8, 64) reads `[s, h * 64 + d]`: the vectorizer sees a unit stride."""
+    s, h, d = (
+        lowering.index_of(lowering.axis(name, n)) for name, n in (("s", 512), ("h", 8), ("d", 64))
+    )
+    assert reshape_index([512, 512], [512, 8, 64], [s, h, d]) == [
+        s,
+        Term("Index.add", (Term("Index.scale", (h, 64)), d)),
+    ]
