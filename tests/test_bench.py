@@ -200,7 +200,10 @@ def test_settled_blocks_time_the_steady_state_not_the_first_calls_after_idle() -
     assert medians["f"] < 120e-6
 
 
-NEW_WORKLOADS = ["attention-short", "attention-long", "layernorm-matmul", "gelu-matmul"]
+NEW_WORKLOADS = [
+    *("attention-short", "attention-long", "layernorm-matmul", "gelu-matmul"),
+    *("mha", "causal", "block", "mlp2"),  # whole programs (eqsat.tools.whole_programs)
+]
 
 
 @pytest.mark.parametrize("name", NEW_WORKLOADS)

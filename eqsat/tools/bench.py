@@ -41,6 +41,7 @@ from eqsat.backend_c.calibrate import calibrated_host
 from eqsat.core.measure import interleaved_medians
 from eqsat.extract.machine import Calibration, Machine, cpu_model
 from eqsat.tools import model_check, sweep
+from eqsat.tools.whole_programs import whole_programs
 from eqsat.tools.workloads import (
     Result,
     Workload,
@@ -104,6 +105,7 @@ def workloads(quick: bool = False) -> list[Workload]:
             others={"A@B@v": lambda A, B, v: A @ B @ v},
             assume_finite=True,  # the chain's order, like multi_dot's (finite-only)
         ),
+        *whole_programs(quick),
     ]
 
 

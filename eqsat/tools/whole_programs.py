@@ -1,0 +1,183 @@
+"""Whole programs for the benchmark: models, as numpy users write them, run by eqsat (the same
+code traced on symbolic tensors), by numpy and, where jax is installed, by `jax.jit` (the same
+code on `jax.numpy`).
+
+Each program takes its arrays by name and the array module as `xp` (numpy for eqsat's symbolic
+tensors too: `np.*` calls dispatch to eqsat on them); head counts and other static facts are
+bound with `functools.partial` before the program reaches a `Workload`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from functools import partial
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from eqsat.tools.workloads import Workload
+
+Program = Callable[..., Any]
+
+
+def softmax(x: Any, xp: ModuleType) -> Any:
+    e = xp.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def layernorm(x: Any, weight: Any, bias: Any, xp: ModuleType) -> Any:
+    centered = x - x.mean(axis=-1, keepdims=True)
+    variance = (centered * centered).mean(axis=-1, keepdims=True)
+    return centered / xp.sqrt(variance + 1e-5) * weight + bias
+
+
+def gelu(x: Any, xp: ModuleType) -> Any:
+    return 0.5 * x * (1 + xp.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+def attention_heads(x: Any, Wq: Any, Wk: Any, Wv: Any, Wo: Any, heads: int, xp: ModuleType) -> Any:
+    """Multi-head self-attention: x @ Wq, x @ Wk, x @ Wv split into `heads` heads by reshape and
+    transpose, softmax(q @ kᵀ / sqrt(head size)) @ v, heads merged, @ Wo."""
+    seq, model = x.shape
+    size = model // heads
+
+    def split(t: Any) -> Any:
+        return t.reshape(seq, heads, size).transpose(1, 0, 2)
+
+    q, k, v = split(x @ Wq), split(x @ Wk), split(x @ Wv)
+    weights = softmax(q @ k.transpose(0, 2, 1) * (1 / math.sqrt(size)), xp)
+    return (weights @ v).transpose(1, 0, 2).reshape(seq, model) @ Wo
+
+
+def causal_attention(q: Any, k: Any, v: Any, xp: ModuleType) -> Any:
+    """One causal attention head; the mask from numpy's (or jax's) arange comparison."""
+    seq, size = q.shape
+    scores = q @ k.T * (1 / math.sqrt(size))
+    mask = xp.arange(seq)[:, None] >= xp.arange(seq)
+    return softmax(xp.where(mask, scores, -xp.inf), xp) @ v
+
+
+def transformer_block(
+    x: Any,
+    g1: Any,
+    b1: Any,
+    Wq: Any,
+    Wk: Any,
+    Wv: Any,
+    Wo: Any,
+    g2: Any,
+    b2: Any,
+    W1: Any,
+    c1: Any,
+    W2: Any,
+    c2: Any,
+    heads: int,
+    xp: ModuleType,
+) -> Any:
+    """A pre-LN transformer block: layernorm, multi-head attention, residual; layernorm,
+    gelu(x @ W1 + c1) @ W2 + c2, residual."""
+    x = x + attention_heads(layernorm(x, g1, b1, xp), Wq, Wk, Wv, Wo, heads, xp)
+    return x + gelu(layernorm(x, g2, b2, xp) @ W1 + c1, xp) @ W2 + c2
+
+
+def mlp_two_layers(x: Any, W1: Any, b1: Any, W2: Any, b2: Any, xp: ModuleType) -> Any:
+    """gelu(x @ W1 + b1) @ W2 + b2."""
+    return gelu(x @ W1 + b1, xp) @ W2 + b2
+
+
+def jax_baseline(program: Program) -> dict[str, Callable[..., np.ndarray]]:
+    """{"jax": `program` on jax.numpy under jax.jit, returning a numpy array}, or {} where jax
+    is not installed (an optional baseline)."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return {}
+    jitted = jax.jit(partial(program, xp=jnp))
+
+    def run(**inputs: np.ndarray) -> np.ndarray:
+        return np.asarray(jitted(**inputs).block_until_ready())
+
+    return {"jax": run}
+
+
+def whole_program_workload(
+    name: str,
+    description: str,
+    shapes: Mapping[str, tuple[int, ...]],
+    program: Program,
+    target: float,
+    flops: float,
+) -> Workload:
+    """`program` (taking `xp`) as eqsat, numpy and jax.jit run it."""
+    on_numpy = partial(program, xp=np)
+    return Workload(
+        name,
+        description,
+        shapes,
+        on_numpy,
+        on_numpy,
+        target=target,
+        flops=flops,
+        others=jax_baseline(program),
+    )
+
+
+def whole_programs(quick: bool = False) -> list[Workload]:
+    """The benchmark's whole programs at the bench's shapes (sequence 512, model 768, 12 heads,
+    feed-forward 3072; causal attention 1024 x 64), or small ones where `quick`."""
+    seq, model, heads, hidden = (32, 64, 4, 128) if quick else (512, 768, 12, 3072)
+    causal = 64 if quick else 1024
+    vectors = {f"{n}": (model,) for n in ("g1", "b1", "g2", "b2", "c2")}
+    projections = {name: (model, model) for name in ("Wq", "Wk", "Wv", "Wo")}
+    attention_flops = 8.0 * seq * model * model + 4.0 * seq * seq * model
+    feed_forward_flops = 4.0 * seq * model * hidden
+    return [
+        whole_program_workload(
+            "mha",
+            f"multi-head self-attention, seq {seq}, model {model}, {heads} heads",
+            {"x": (seq, model), **projections},
+            partial(attention_heads, heads=heads),
+            target=1.5,
+            flops=attention_flops,
+        ),
+        whole_program_workload(
+            "causal",
+            f"causal attention (np.arange mask), {causal}x64",
+            {name: (causal, 64) for name in ("q", "k", "v")},
+            causal_attention,
+            target=2.0,
+            flops=2.0 * causal * causal * 64,  # half of the scores are masked
+        ),
+        whole_program_workload(
+            "block",
+            f"pre-LN transformer block, seq {seq}, model {model}, {heads} heads, ffn {hidden}",
+            {
+                "x": (seq, model),
+                **vectors,
+                **projections,
+                "W1": (model, hidden),
+                "c1": (hidden,),
+                "W2": (hidden, model),
+            },
+            partial(transformer_block, heads=heads),
+            target=1.3,
+            flops=attention_flops + feed_forward_flops,
+        ),
+        whole_program_workload(
+            "mlp2",
+            f"gelu(x @ W1 + b1) @ W2 + b2, x {seq}x{model}, hidden {hidden}",
+            {
+                "x": (seq, model),
+                "W1": (model, hidden),
+                "b1": (hidden,),
+                "W2": (hidden, model),
+                "b2": (model,),
+            },
+            mlp_two_layers,
+            target=1.0,
+            flops=feed_forward_flops,
+        ),
+    ]
