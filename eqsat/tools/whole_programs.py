@@ -10,7 +10,7 @@ bound with `functools.partial` before the program reaches a `Workload`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from types import ModuleType
 from typing import Any
@@ -110,8 +110,10 @@ def whole_program_workload(
     program: Program,
     target: float,
     flops: float,
+    weights: Sequence[str] = (),
 ) -> Workload:
-    """`program` (taking `xp`) as eqsat, numpy and jax.jit run it."""
+    """`program` (taking `xp`) as eqsat, numpy and jax.jit run it; the `weights` matrices drawn
+    scaled by 1/sqrt(their rows), as a model's are."""
     on_numpy = partial(program, xp=np)
     return Workload(
         name,
@@ -122,6 +124,7 @@ def whole_program_workload(
         target=target,
         flops=flops,
         others=jax_baseline(program),
+        scales={name: shapes[name][0] ** -0.5 for name in weights},
     )
 
 
@@ -142,6 +145,7 @@ def whole_programs(quick: bool = False) -> list[Workload]:
             partial(attention_heads, heads=heads),
             target=1.5,
             flops=attention_flops,
+            weights=tuple(projections),
         ),
         whole_program_workload(
             "causal",
@@ -165,6 +169,7 @@ def whole_programs(quick: bool = False) -> list[Workload]:
             partial(transformer_block, heads=heads),
             target=1.3,
             flops=attention_flops + feed_forward_flops,
+            weights=(*projections, "W1", "W2"),
         ),
         whole_program_workload(
             "mlp2",
@@ -179,5 +184,6 @@ def whole_programs(quick: bool = False) -> list[Workload]:
             mlp_two_layers,
             target=1.0,
             flops=feed_forward_flops,
+            weights=("W1", "W2"),
         ),
     ]
