@@ -166,24 +166,27 @@ class _Sample:
 
 
 def _sample(written: Sequence[Term], rng: np.random.Generator) -> _Sample | None:
-    """The written program over seeded indices of the longest axis of its outputs along which no
-    op mixes positions, sorted, the first and last among them; None where every index is to be
-    evaluated (too few, no such axis, or outputs of several shapes)."""
+    """The written program over seeded indices of the axis of its outputs, of those along which
+    no op mixes positions and that have more indices than it keeps, whose subset program has the
+    least work (`work_flops`); the indices sorted, the first and last among them. None where
+    every index is to be evaluated (no such axis, or outputs of several shapes)."""
     shape = shapes.infer(written[0])
     if any(shapes.infer(term) != shape for term in written[1:]):
         return None
     size, work = math.prod(shape), max(1.0, work_flops(written))
-    for axis in sorted(range(len(shape)), key=lambda a: -shape[a]):
-        extent = shape[axis]
+    options = []
+    for axis, extent in enumerate(shape):
         kept = max(MIN_KEPT, math.ceil(extent * min(SAMPLE / size, WORK / work)))
-        if kept >= extent:
-            return None  # this is the longest axis left: every index is cheap enough
-        subset = along(written, axis, kept)
+        subset = along(written, axis, kept) if kept < extent else None
         if subset is not None:
-            inner = 1 + rng.choice(extent - 2, kept - 2, replace=False)
-            indices = np.sort(np.concatenate(([0, extent - 1], inner)))
-            return _Sample(subset, axis, extent, indices)
-    return None
+            options.append((work_flops(subset.roots), axis, kept, subset))
+    if not options:
+        return None
+    _, axis, kept, subset = min(options, key=lambda option: option[:2])
+    extent = shape[axis]
+    inner = 1 + rng.choice(extent - 2, kept - 2, replace=False)
+    indices = np.sort(np.concatenate(([0, extent - 1], inner)))
+    return _Sample(subset, axis, extent, indices)
 
 
 def _specials_differ(got: np.ndarray, want: np.ndarray) -> str:
