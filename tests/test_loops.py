@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import eqsat
 from eqsat.core.interp import run
-from eqsat.core.loops import register_tile
+from eqsat.core.loops import access_kind, register_tile
 from eqsat.core.pretty import format_loops
 from eqsat.core.saturate import Limits
 from eqsat.core.terms import LoopProgram, Term, index_list, to_egglog, to_term
@@ -362,3 +362,18 @@ def test_a_head_split_reads_its_source_without_division() -> None:
         s,
         Term("Index.add", (Term("Index.scale", (h, 64)), d)),
     ]
+
+
+def test_a_head_split_column_is_contiguous_along_its_head_axis() -> None:
+    """`t[s, h*64 + d]` walks memory with unit stride along d (the vectorizer may run a loop over
+    d as SIMD lanes), not along h; `t[s, d*2]` is strided along d."""
+    s, h, d = (lowering.axis(name, n) for name, n in (("s", 512), ("h", 8), ("d", 64)))
+    column = Term(
+        "Index.add", (Term("Index.scale", (lowering.index_of(h), 64)), lowering.index_of(d))
+    )
+    head_column = index_list([lowering.index_of(s), column])
+    assert access_kind(head_column, d) == "contiguous"
+    assert access_kind(head_column, h) is None
+    assert access_kind(head_column, s) is None
+    strided = index_list([lowering.index_of(s), Term("Index.scale", (lowering.index_of(d), 2))])
+    assert access_kind(strided, d) is None

@@ -71,20 +71,32 @@ def unit_stride_axes(axis: Term) -> list[Term]:
 
 
 def without_offset(index: Term) -> Term:
-    """`i` for an index `i + c` with a constant c (lowering writes a slice's start last), else
-    `index` itself."""
+    """`i` for an index that adds other terms to a plain axis `i` (`i + c`: a slice's start;
+    `h*64 + i`: a head split's column, `eqsat.rewrites.lowering.reshape_index`), else `index`
+    itself (`offset_terms` are the others)."""
+    return _split_offset(index)[0]
+
+
+def offset_terms(index: Term) -> list[Term]:
+    """What `index` adds to its plain axis `without_offset(index)` (nothing if it is none)."""
+    return _split_offset(index)[1]
+
+
+def _split_offset(index: Term) -> tuple[Term, list[Term]]:
     if index.op == "Index.add":
-        base, offset = index.args
-        if isinstance(base, Term) and isinstance(offset, Term) and offset.op == "Index.const":
-            return base
-    return index
+        for base, offset in (index.args, index.args[::-1]):
+            assert isinstance(base, Term) and isinstance(offset, Term)
+            plain, others = _split_offset(base)
+            if plain.op == "Index.axis":
+                return plain, [*others, offset]
+    return index, []
 
 
 def access_kind(index_list: Term, axis: Term) -> str | None:
     """How an access moves along a loop over `axis`: "uniform" (no index moves), "contiguous"
-    (the last index names a unit-stride axis of the loop, `unit_stride_axes`, plus a constant
-    or not (a slice's view, `x[:, 1:]`), and no other index moves) or None (strided or
-    gathered).
+    (the last index names a unit-stride axis of the loop, `unit_stride_axes`, plus terms that do
+    not move with it or not (a slice's view `x[:, 1:]`, a head's columns `h*64 + d`), and no
+    other index moves) or None (strided or gathered).
 
     Trailing indices that are named axes of extent 1 are skipped: lowering names an axis after
     the dimension it walks, so they index dimensions of size 1 (`t[k, i1]` with t of shape
@@ -93,7 +105,7 @@ def access_kind(index_list: Term, axis: Term) -> str | None:
     items = without_unit_tail(index_items(index_list), keep=axis)
     if not any(moves_with(i, axis) for i in items):
         return "uniform"
-    last, others = without_offset(items[-1]), items[:-1]
+    last, others = without_offset(items[-1]), [*items[:-1], *offset_terms(items[-1])]
     unit_stride = last.op == "Index.axis" and last.args[0] in unit_stride_axes(axis)
     return "contiguous" if unit_stride and not any(moves_with(i, axis) for i in others) else None
 
