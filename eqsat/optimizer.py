@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -38,6 +39,7 @@ from eqsat.rewrites.contraction import contract_temporaries
 from eqsat.rewrites.flatten import flatten, is_flattenable
 from eqsat.rewrites.lowering import collect_inputs, lower
 from eqsat.rewrites.packing import pack_panels
+from eqsat.rewrites.partition import joined, parts
 from eqsat.rewrites.row_blocks import fuse_row_blocks
 from eqsat.rewrites.rule import Identity
 from eqsat.rewrites.schedule import ROOT, schedule
@@ -106,7 +108,9 @@ class Optimized:
     # the user's array shape when the program runs over 1-D buffers (`eqsat.rewrites.flatten`)
     flattened: tuple[int, ...] | None = None
     algebra_graph: SerializedGraph = field(compare=False, repr=False)
-    loop_graph: SerializedGraph = field(compare=False, repr=False)
+    # the loop stage's kernel e-graph of each part of the program (`eqsat.rewrites.partition`),
+    # with the nest extraction chose from it, in program order
+    loop_parts: tuple[tuple[SerializedGraph, Term], ...] = field(compare=False, repr=False)
     # what callers pass and get: each input's and output's value dtype (`eqsat.core.dtypes`),
     # converted from and to `program.dtype` at the kernel's boundary
     input_dtypes: tuple[str, ...]
@@ -134,11 +138,13 @@ class Optimized:
 
     def draw(self, stage: str = "loops", max_classes: int = 40) -> EGraphPicture:
         """A picture of the e-graph of `stage` ("algebra" or "loops": the chosen form's kernel
-        e-graph), the chosen term highlighted (`eqsat.draw_egraph`)."""
+        e-graph, of its largest part where the program has several), the chosen term
+        highlighted (`eqsat.draw_egraph`)."""
         if stage == "algebra":
             graph, chosen = self.algebra_graph, list(self.chosen)
         elif stage == "loops":
-            graph, chosen = self.loop_graph, [self.extracted]
+            graph, extracted = self.loop_parts[self._largest_part()]
+            chosen = [extracted]
         else:
             raise ValueError(f"unknown stage {stage!r}; expected 'algebra' or 'loops'")
         return draw_egraph(graph, max_classes=max_classes, chosen=chosen)
@@ -153,16 +159,23 @@ class Optimized:
           up to `best + sampled` programs in all;
         - then extractions under the cost times a random log-normal factor per e-node
           ("perturbed"), which land in between, up to `best + sampled + perturbed`.
-        Random draws repeat, so each source gets a bounded number of tries and may fall short."""
-        graph, root = self.loop_graph, self.loop_graph.root(ROOT)
+        Random draws repeat, so each source gets a bounded number of tries and may fall short.
+        Where the program has several parts, the candidates vary its largest part, the others
+        keeping their chosen nests."""
+        varied = self._largest_part()
+        graph = self.loop_parts[varied][0]
+        root = graph.root(ROOT)
         cost = LoopCost(self.machine, self.program.dtype)
         rng = random.Random(seed)
         found = {self.program: Candidate(self.program, self.cost, "best")}
 
-        def add(source: str, goal: int, bodies: Iterable[Term]) -> None:
-            for body in bodies:
+        def add(source: str, goal: int, part_bodies: Iterable[Term]) -> None:
+            for part_body in part_bodies:
                 if len(found) >= goal:
                     return
+                nests = [nest for _, nest in self.loop_parts]
+                nests[varied] = part_body
+                body = joined(self.canonical.body, nests)
                 program = after_extraction(self.program, body)
                 found.setdefault(program, Candidate(program, cost.estimate(body).cycles, source))
 
@@ -178,6 +191,10 @@ class Optimized:
             (graph.extract(root, _perturbed(cost, rng))[0] for _ in range(3 * perturbed)),
         )
         return list(found.values())
+
+    def _largest_part(self) -> int:
+        """The position of the part whose loop e-graph has the most e-nodes."""
+        return max(range(len(self.loop_parts)), key=lambda i: self.loop_parts[i][0].size)
 
     @property
     def expr(self) -> str:
@@ -224,6 +241,15 @@ class Optimized:
                     "program on random inputs and were dropped (a wrong merge in the e-graph)"
                 ]
                 if self.disagreeing_forms
+                else []
+            ),
+            *(
+                [
+                    f"  loop stage: {len(self.loop_parts)} parts (rewrites/partition.py), each "
+                    "searched in its own e-graph with the whole budget; e-nodes and seconds are "
+                    "their sums"
+                ]
+                if len(self.loop_parts) > 1
                 else []
             ),
             *(
@@ -409,7 +435,7 @@ class _Scheduled:
     estimate: Estimate  # of `body`
     canonical_cost: float
     report: SaturationReport
-    graph: SerializedGraph
+    parts: tuple[tuple[SerializedGraph, Term], ...]  # each part's e-graph and chosen nest
 
 
 def _small_kernel_nodes(
@@ -427,31 +453,18 @@ def _small_kernel_nodes(
 def _schedule_loops(
     form: list[Term], written: list[Term], machine: Machine, limits: Limits, progress: Progress
 ) -> _Scheduled:
+    """`form` lowered, each of its parts (`eqsat.rewrites.partition`) scheduled in an e-graph of
+    its own with the whole budget, their nests joined and fused by row blocks."""
     canonical = lower(form, written=written)
     small = _small_kernel_nodes(form, machine, canonical.dtype, limits)
     if small is not None:
         limits = replace(limits, nodes=small)
-    egraph, report = schedule(
-        canonical.body, machine, canonical.dtype, limits, progress=progress.iteration
-    )
-    graph = SerializedGraph(egraph)
-    progress.extracting(report.stage, graph.size)
     cost = LoopCost(machine, canonical.dtype)
-    few = small is not None or graph.size > CANDIDATES_UP_TO_NODES
-    keep = 1 if few else CANDIDATES_PER_CLASS
-    start = time.monotonic()
-    extraction = graph.extract_top(
-        graph.root(ROOT),
-        cost,
-        keep,
-        deadline=start + limits.extraction_seconds,
-        written=[canonical.body],
-    )
-    report.extracted(extraction.complete, time.monotonic() - start)
-    (extracted, predicted), *_ = extraction
+    pieces = parts(canonical.body)
+    few = small is not None  # a small kernel: one candidate per e-class
+    scheduled = [_schedule_part(piece, cost, machine, limits, few, progress) for piece in pieces]
+    extracted = joined(canonical.body, [part.extracted for part in scheduled])
     canonical_cost = cost.estimate(canonical.body).cycles
-    if predicted > canonical_cost:  # a deadline's best-so-far can be worse than the start
-        extracted = canonical.body
     body = fuse_row_blocks(
         extracted,
         lambda option: cost.estimate(option).cycles,
@@ -465,9 +478,59 @@ def _schedule_loops(
         body=body,
         estimate=cost.estimate(body),
         canonical_cost=canonical_cost,
-        report=report,
-        graph=graph,
+        report=_combined([part.report for part in scheduled]),
+        parts=tuple((part.graph, part.extracted) for part in scheduled),
     )
+
+
+@dataclass
+class _Part:
+    """One part of a program through the loop stage."""
+
+    extracted: Term  # the part's nest extraction chose (its own canonical nest if cheaper)
+    report: SaturationReport
+    graph: SerializedGraph
+
+
+def _schedule_part(
+    piece: Term, cost: LoopCost, machine: Machine, limits: Limits, few: bool, progress: Progress
+) -> _Part:
+    """The cheapest nest of loop term `piece` found in its own kernel e-graph (one candidate per
+    e-class kept in extraction if `few`, or the e-graph is large)."""
+    egraph, report = schedule(piece, machine, cost.dtype, limits, progress=progress.iteration)
+    graph = SerializedGraph(egraph)
+    progress.extracting(report.stage, graph.size)
+    keep = 1 if few or graph.size > CANDIDATES_UP_TO_NODES else CANDIDATES_PER_CLASS
+    start = time.monotonic()
+    extraction = graph.extract_top(
+        graph.root(ROOT), cost, keep, deadline=start + limits.extraction_seconds, written=[piece]
+    )
+    report.extracted(extraction.complete, time.monotonic() - start)
+    (extracted, predicted), *_ = extraction
+    if predicted > cost.estimate(piece).cycles:  # a deadline's best-so-far can be worse
+        extracted = piece
+    return _Part(extracted, report, graph)
+
+
+def _combined(reports: Sequence[SaturationReport]) -> SaturationReport:
+    """One loop-stage report for the parts' `reports`: e-nodes, seconds and matches added up,
+    the most iterations, the first stop that was not saturation, the extraction complete only if
+    every part's was. One report is itself."""
+    if len(reports) == 1:
+        return reports[0]
+    stops = [r for r in reports if r.stop_reason != "saturated"]
+    combined = SaturationReport(
+        "loops",
+        stop_reason=stops[0].stop_reason if stops else "saturated",
+        stop_predicted=bool(stops) and stops[0].stop_predicted,
+        iterations=max(r.iterations for r in reports),
+        nodes=sum(r.nodes for r in reports),
+        seconds=sum(r.seconds for r in reports),
+        matches=sum((r.matches for r in reports), Counter()),
+    )
+    deadline = any(r.extraction == "deadline" for r in reports)
+    combined.extracted(not deadline, sum(r.extraction_seconds for r in reports))
+    return combined
 
 
 def optimize(
@@ -536,7 +599,7 @@ def optimize(
         flattened=flattened,
         disagreeing_forms=disagreeing,
         algebra_graph=algebra_graph,
-        loop_graph=best.graph,
+        loop_parts=best.parts,
         input_dtypes=tuple(
             dtypes.boundary_dtype(dtype, compute)
             for _, _, dtype in collect_inputs(as_written)  # type: ignore[arg-type]
