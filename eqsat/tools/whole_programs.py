@@ -82,9 +82,9 @@ def transformer_block(
     return x + gelu(layernorm(x, g2, b2, xp) @ W1 + c1, xp) @ W2 + c2
 
 
-def mlp_two_layers(x: Any, W1: Any, b1: Any, W2: Any, b2: Any, xp: ModuleType) -> Any:
-    """gelu(x @ W1 + b1) @ W2 + b2."""
-    return gelu(x @ W1 + b1, xp) @ W2 + b2
+def mlp_two_layers(x: Any, W1: Any, c1: Any, W2: Any, c2: Any, xp: ModuleType) -> Any:
+    """gelu(x @ W1 + c1) @ W2 + c2."""
+    return gelu(x @ W1 + c1, xp) @ W2 + c2
 
 
 def jax_baseline(program: Program) -> dict[str, Callable[..., np.ndarray]]:
@@ -133,8 +133,9 @@ def whole_programs(quick: bool = False) -> list[Workload]:
     feed-forward 3072; causal attention 1024 x 64), or small ones where `quick`."""
     seq, model, heads, hidden = (32, 64, 4, 128) if quick else (512, 768, 12, 3072)
     causal = 64 if quick else 1024
-    vectors = {f"{n}": (model,) for n in ("g1", "b1", "g2", "b2", "c2")}
+    norms = {name: (model,) for name in ("g1", "b1", "g2", "b2")}
     projections = {name: (model, model) for name in ("Wq", "Wk", "Wv", "Wo")}
+    feed_forward = {"W1": (model, hidden), "c1": (hidden,), "W2": (hidden, model), "c2": (model,)}
     attention_flops = 8.0 * seq * model * model + 4.0 * seq * seq * model
     feed_forward_flops = 4.0 * seq * model * hidden
     return [
@@ -158,14 +159,7 @@ def whole_programs(quick: bool = False) -> list[Workload]:
         whole_program_workload(
             "block",
             f"pre-LN transformer block, seq {seq}, model {model}, {heads} heads, ffn {hidden}",
-            {
-                "x": (seq, model),
-                **vectors,
-                **projections,
-                "W1": (model, hidden),
-                "c1": (hidden,),
-                "W2": (hidden, model),
-            },
+            {"x": (seq, model), **norms, **projections, **feed_forward},
             partial(transformer_block, heads=heads),
             target=1.3,
             flops=attention_flops + feed_forward_flops,
@@ -173,14 +167,8 @@ def whole_programs(quick: bool = False) -> list[Workload]:
         ),
         whole_program_workload(
             "mlp2",
-            f"gelu(x @ W1 + b1) @ W2 + b2, x {seq}x{model}, hidden {hidden}",
-            {
-                "x": (seq, model),
-                "W1": (model, hidden),
-                "b1": (hidden,),
-                "W2": (hidden, model),
-                "b2": (model,),
-            },
+            f"gelu(x @ W1 + c1) @ W2 + c2, x {seq}x{model}, hidden {hidden}",
+            {"x": (seq, model), **feed_forward},
             mlp_two_layers,
             target=1.0,
             flops=feed_forward_flops,
