@@ -202,7 +202,8 @@ def test_settled_blocks_time_the_steady_state_not_the_first_calls_after_idle() -
 
 NEW_WORKLOADS = [
     *("attention-short", "attention-long", "layernorm-matmul", "gelu-matmul"),
-    *("mha", "causal", "block", "mlp2"),  # whole programs (eqsat.tools.whole_programs)
+    *("mha", "causal", "block", "mlp2", "swiglu", "cosine", "logreg-grad", "kmeans"),
+    *("distances", "cross-entropy"),  # whole programs (eqsat.tools.whole_programs)
 ]
 
 

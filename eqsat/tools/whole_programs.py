@@ -87,6 +87,45 @@ def mlp_two_layers(x: Any, W1: Any, c1: Any, W2: Any, c2: Any, xp: ModuleType) -
     return gelu(x @ W1 + c1, xp) @ W2 + c2
 
 
+def rmsnorm_swiglu(x: Any, g: Any, W1: Any, W3: Any, W2: Any, xp: ModuleType) -> Any:
+    """RMSNorm, then a SwiGLU feed-forward: (silu(h @ W1) * (h @ W3)) @ W2."""
+    h = x / xp.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-6) * g
+    gate = h @ W1
+    return (gate / (1 + xp.exp(-gate)) * (h @ W3)) @ W2
+
+
+def cosine_similarity(a: Any, b: Any, xp: ModuleType) -> Any:
+    """The cosine-similarity matrix of the rows of a and of b."""
+    a_unit = a / xp.sqrt((a * a).sum(axis=1, keepdims=True))
+    b_unit = b / xp.sqrt((b * b).sum(axis=1, keepdims=True))
+    return a_unit @ b_unit.T
+
+
+def logistic_gradient(x: Any, w: Any, y: Any, xp: ModuleType) -> Any:
+    """The gradient of the mean logistic loss: xᵀ(σ(x w) − y) / n."""
+    predicted = 1 / (1 + xp.exp(-(x @ w)))
+    return x.T @ (predicted - y) * (1 / x.shape[0])
+
+
+def kmeans_assign(x: Any, centers: Any, xp: ModuleType) -> Any:
+    """The nearest center of each row, by ‖x‖² − 2x·c + ‖c‖²."""
+    distances = (x * x).sum(axis=1, keepdims=True) - 2 * x @ centers.T
+    return xp.argmin(distances + (centers * centers).sum(axis=1), axis=1)
+
+
+def pairwise_distances(a: Any, b: Any, xp: ModuleType) -> Any:
+    """Euclidean distances between the rows of a and of b, by ‖a‖² − 2a·b + ‖b‖² (clipped at 0)."""
+    squared = (a * a).sum(axis=1, keepdims=True) - 2 * a @ b.T + (b * b).sum(axis=1)
+    return xp.sqrt(xp.maximum(squared, 0))
+
+
+def cross_entropy(logits: Any, onehot: Any, xp: ModuleType) -> Any:
+    """The mean softmax cross-entropy of `logits` against one-hot labels, per row."""
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_sum = xp.log(xp.exp(shifted).sum(axis=1))
+    return log_sum - (shifted * onehot).sum(axis=1)
+
+
 def jax_baseline(program: Program) -> dict[str, Callable[..., np.ndarray]]:
     """{"jax": `program` on jax.numpy under jax.jit, returning a numpy array}, or {} where jax
     is not installed (an optional baseline)."""
@@ -129,10 +168,14 @@ def whole_program_workload(
 
 
 def whole_programs(quick: bool = False) -> list[Workload]:
-    """The benchmark's whole programs at the bench's shapes (sequence 512, model 768, 12 heads,
-    feed-forward 3072; causal attention 1024 x 64), or small ones where `quick`."""
+    """The benchmark's whole programs (models, distances, losses, a gradient) at the bench's
+    shapes (sequence 512, model 768, 12 heads, feed-forward 3072; causal attention 1024 x 64),
+    or small ones where `quick`."""
     seq, model, heads, hidden = (32, 64, 4, 128) if quick else (512, 768, 12, 3072)
     causal = 64 if quick else 1024
+    rows = 64 if quick else 1024  # cosine similarity and distances: rows of each operand
+    samples, features, centers = (128, 16, 8) if quick else (16384, 256, 64)
+    classes = 32 if quick else 1000
     norms = {name: (model,) for name in ("g1", "b1", "g2", "b2")}
     projections = {name: (model, model) for name in ("Wq", "Wk", "Wv", "Wo")}
     feed_forward = {"W1": (model, hidden), "c1": (hidden,), "W2": (hidden, model), "c2": (model,)}
@@ -164,6 +207,61 @@ def whole_programs(quick: bool = False) -> list[Workload]:
             target=1.3,
             flops=attention_flops + feed_forward_flops,
             weights=(*projections, "W1", "W2"),
+        ),
+        whole_program_workload(
+            "swiglu",
+            f"RMSNorm + SwiGLU MLP, x {seq}x{model}, hidden {hidden}",
+            {
+                "x": (seq, model),
+                "g": (model,),
+                "W1": (model, hidden),
+                "W3": (model, hidden),
+                "W2": (hidden, model),
+            },
+            rmsnorm_swiglu,
+            target=1.0,
+            flops=6.0 * seq * model * hidden,
+            weights=("W1", "W3", "W2"),
+        ),
+        whole_program_workload(
+            "cosine",
+            f"cosine-similarity matrix, {rows}x{model} by {rows}x{model}",
+            {"a": (rows, model), "b": (rows, model)},
+            cosine_similarity,
+            target=1.0,
+            flops=2.0 * rows * rows * model,
+        ),
+        whole_program_workload(
+            "logreg-grad",
+            f"logistic-regression gradient, x {samples}x{features}",
+            {"x": (samples, features), "w": (features, 1), "y": (samples, 1)},
+            logistic_gradient,
+            target=1.0,
+            flops=4.0 * samples * features,
+        ),
+        whole_program_workload(
+            "kmeans",
+            f"k-means assignment, {samples}x{features} points, {centers} centers",
+            {"x": (samples, features), "centers": (centers, features)},
+            kmeans_assign,
+            target=1.0,
+            flops=2.0 * samples * centers * features,
+        ),
+        whole_program_workload(
+            "distances",
+            f"pairwise Euclidean distances, {rows}x{model} by {rows}x{model}",
+            {"a": (rows, model), "b": (rows, model)},
+            pairwise_distances,
+            target=1.0,
+            flops=2.0 * rows * rows * model,
+        ),
+        whole_program_workload(
+            "cross-entropy",
+            f"softmax cross-entropy per row, {samples}x{classes} logits",
+            {"logits": (samples, classes), "onehot": (samples, classes)},
+            cross_entropy,
+            target=1.0,
+            flops=5.0 * samples * classes,
         ),
         whole_program_workload(
             "mlp2",
