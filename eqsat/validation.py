@@ -51,7 +51,7 @@ INTEGER_RANGE = 50  # integer inputs are drawn from [-50, 50] ([0, 50] unsigned)
 # elements and WORK flops (`work_flops`), at least MIN_KEPT indices. Evaluating a 4096x4096
 # softmax whole in float64 took 4 s, 70% of its compile.
 SAMPLE = 1 << 16
-WORK = 1 << 25
+WORK = 1 << 23
 MIN_KEPT = 8
 # Each input repeats a seeded block of this many values (a prime, so that no row or vector
 # length divides it): drawing 16M normal floats took 0.15-0.3 s, writing a block over them 12 ms.
