@@ -46,9 +46,8 @@ LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 class Traceable(Protocol):
-    """What `apply` needs of an `eqsat.jit` function (`eqsat.tracing.JitFunction`)."""
-
-    __qualname__: str
+    """What `apply` needs of an `eqsat.jit` function (`eqsat.tracing.JitFunction`, which also
+    carries the decorated function's `__qualname__`)."""
 
     @property
     def options(self) -> Mapping[str, Any]: ...
@@ -65,16 +64,17 @@ def has_dask_array(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
     return any(isinstance(value, module.Array) for value in (*args, *kwargs.values()))
 
 
-def apply(function: Traceable, arguments: dict[str, Any]) -> da.Array:
+def apply(function: Traceable, arguments: dict[str, Any]) -> Any:
     """`function` over `arguments` (by parameter name, some of them dask arrays) as a dask array,
-    chunked like its inputs along the axes the program keeps apart (module docstring).
+    chunked like its inputs along the axes the program keeps apart (module docstring): a
+    `dask.array.Array`.
 
     It requires: the arguments bind to the function (as `JitFunction._bind` gives them). Raises
     ArgumentError for an axis that must be one chunk and is too large to rechunk, UnsupportedError
     for a function of several outputs or one whose chunks are not the whole program's."""
     import dask.array as da
 
-    name = function.__qualname__
+    name = _name(function)
     arrays = {
         key: value if isinstance(value, da.Array) else da.from_array(value, chunks=value.shape)
         for key, value in arguments.items()
@@ -152,6 +152,10 @@ class BlockKernels:
         return kernel(**{key: values[key] for key in kernel.input_names})  # type: ignore[return-value]
 
 
+def _name(function: Traceable) -> str:
+    return str(getattr(function, "__qualname__", function))
+
+
 def _pairs(arrays: Mapping[str, da.Array], indices: Mapping[str, str]) -> list[Any]:
     """array, index, array, index, ...: dask's blockwise argument order."""
     return [item for key in arrays for item in (arrays[key], indices[key])]
@@ -170,7 +174,7 @@ def _traced(
     tensors, several = output_tensors(function.trace({**arguments, **placeholders}))
     if several:
         raise UnsupportedError(
-            f"{function.__qualname__}: on dask arrays a function returns one array, not a tuple "
+            f"{_name(function)}: on dask arrays a function returns one array, not a tuple "
             "(make one function per output)"
         )
     return tensors[0]
@@ -238,7 +242,7 @@ def _block_kernel(
         expected = subset.roots if subset is not None else []
     if not expected or _unsuffixed(expected[0], {}) != traced.expr:
         raise UnsupportedError(
-            f"{function.__qualname__}: traced at chunk shapes {dict(block_shapes)} it is not "
+            f"{_name(function)}: traced at chunk shapes {dict(block_shapes)} it is not "
             "the whole program over those chunks (does it use an array's shape as a value?); "
             "give the arrays one chunk"
         )
