@@ -21,6 +21,7 @@ The module is not named `dask`: `import dask` inside the package would then find
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import sys
@@ -72,6 +73,7 @@ def apply(function: Traceable, arguments: dict[str, Any]) -> Any:
     It requires: the arguments bind to the function (as `JitFunction._bind` gives them). Raises
     ArgumentError for an axis that must be one chunk and is too large to rechunk, UnsupportedError
     for a function of several outputs or one whose chunks are not the whole program's."""
+    import dask
     import dask.array as da
 
     name = _name(function)
@@ -121,9 +123,17 @@ def apply(function: Traceable, arguments: dict[str, Any]) -> Any:
         for key, value in arguments.items()
         if key in kernel.input_names and key not in arrays
     }
+    # One graph key holds the kernels, so a worker receives and unpickles them once, not with
+    # every task; named by their sources, so equal calls build equal graphs.
+    run = BlockKernels(kernels, tuple(arrays), scalars)
+    token = hashlib.sha256(repr((sorted(kernels), run.names, scalars)).encode())
+    for block_kernel in kernels.values():
+        token.update(block_kernel.c_source.encode())
     return da.blockwise(
-        BlockKernels(kernels, tuple(arrays), scalars),
+        _run,
         "".join(out_letters),
+        dask.delayed(run, name=f"eqsat-kernels-{token.hexdigest()[:32]}"),
+        None,
         *_pairs(arrays, indices),
         new_axes={
             letter: extent
@@ -138,8 +148,8 @@ def apply(function: Traceable, arguments: dict[str, Any]) -> Any:
 
 @dataclass(frozen=True)
 class BlockKernels:
-    """The task of one output chunk: the kernel of its chunks' shapes, run on them. It pickles
-    with its kernels (by their C source)."""
+    """The kernel of each combination of chunk shapes, run on the chunks it is called with. It
+    pickles with its kernels (by their C source)."""
 
     kernels: dict[tuple[tuple[int, ...], ...], Kernel]  # by the array arguments' chunk shapes
     names: tuple[str, ...]  # the array arguments, in the order the chunks are passed
@@ -159,6 +169,11 @@ def _name(function: Traceable) -> str:
 def _pairs(arrays: Mapping[str, da.Array], indices: Mapping[str, str]) -> list[Any]:
     """array, index, array, index, ...: dask's blockwise argument order."""
     return [item for key in arrays for item in (arrays[key], indices[key])]
+
+
+def _run(kernels: BlockKernels, *blocks: np.ndarray) -> np.ndarray:
+    """One output chunk: what a task of `apply`'s graph calls."""
+    return kernels(*blocks)
 
 
 def _traced(

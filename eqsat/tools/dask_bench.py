@@ -3,8 +3,10 @@
 On a LocalCluster of 2 worker processes (one thread each), an 8000x1000 float32 dask array in
 1000-row chunks, held in the workers' memory: `softmax_rows(x)` (an `@eqsat.jit` function, one
 kernel shipped with the tasks) and `x.map_blocks(numpy_softmax)` are each persisted and awaited,
-in interleaved rounds; prints the median seconds of each and the speed-up. Needs the `dask`
-extra. The workers use the caller's compile cache (EQSAT_CACHE_DIR, inherited).
+in interleaved rounds; prints the median time of each and the speed-up, then the median time of
+one chunk's function alone on a worker (the kernel; numpy's softmax), which dask's own per-task
+and per-graph costs do not dilute. Needs the `dask` extra. The workers use the caller's compile
+cache (EQSAT_CACHE_DIR, inherited).
 """
 
 from __future__ import annotations
@@ -27,13 +29,24 @@ def softmax_rows(x: Any) -> Any:
     return e / e.sum(axis=1, keepdims=True)
 
 
+def chunk_milliseconds(function: Callable[[np.ndarray], Any], chunk: np.ndarray) -> float:
+    """Median time of `function(chunk)` over 20 calls after one, in ms (run on a worker)."""
+    function(chunk)
+    times = []
+    for _ in range(20):
+        start = time.perf_counter()
+        function(chunk)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--rows", type=int, default=8000)
     args = parser.parse_args(argv)
     import dask.array as da
-    from distributed import Client, LocalCluster, wait
+    from distributed import Client, LocalCluster, futures_of, wait
 
     with (
         LocalCluster(
@@ -63,6 +76,18 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name:>18}: {seconds * 1e3:8.1f} ms (median of {args.rounds})")
         speedup = medians["numpy map_blocks"] / medians["eqsat"]
         print(f"speed-up of eqsat over numpy map_blocks: {speedup:.2f}x")
+        # the kernel the dask call built for a chunk: one thread (eqsat.dask_arrays)
+        one_thread = eqsat.jit(softmax_rows.__wrapped__, threads=1, progress=False)
+        kernel = one_thread.kernel_for(np.empty((1000, 1000), np.float32))
+        chunk = futures_of(x)[0]
+        per_chunk = {
+            name: client.submit(chunk_milliseconds, function, chunk, pure=False).result()
+            for name, function in (("eqsat", kernel), ("numpy", numpy_softmax))
+        }
+        print(
+            f"one 1000x1000 chunk on a worker: eqsat {per_chunk['eqsat']:.2f} ms, numpy "
+            f"{per_chunk['numpy']:.2f} ms ({per_chunk['numpy'] / per_chunk['eqsat']:.1f}x)"
+        )
 
 
 if __name__ == "__main__":
