@@ -13,8 +13,9 @@ arrays; floats are traced (passed to every chunk's kernel), other values are sta
 
 Kernels are compiled here, in the calling process, one per distinct combination of chunk shapes,
 with `threads=1` unless the function's options name `threads` (dask runs the chunks in parallel),
-and they travel with the tasks: a Kernel pickles by its C source, so a worker loads its library
-from the compile cache or builds the C, and never optimizes. Any dask scheduler runs them.
+and they travel in the graph, as one key the chunks' tasks depend on (a worker receives them
+once): a Kernel pickles by its C source, so a worker loads its library from the compile cache or
+builds the C, and never optimizes. Any dask scheduler runs them.
 
 The module is not named `dask`: `import dask` inside the package would then find it.
 """

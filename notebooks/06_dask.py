@@ -18,7 +18,8 @@
 # - **in this process** (the client): the function is traced at the whole array's shape, eqsat
 #   decides which axes may stay chunked (the rows: no op of a row softmax mixes rows), and
 #   compiles one kernel per distinct chunk shape (optimizer, C build, check);
-# - **on the workers**: each task gets its chunk and the kernel, which pickles by its C source;
+# - **on the workers**: each worker receives the kernels once (one key of the graph, which the
+#   chunks' tasks depend on) and each task its chunk; a kernel pickles by its C source, so
 #   a worker loads the built library from the compile cache (or compiles the C) and runs it.
 #   Workers never run the optimizer.
 
@@ -50,8 +51,9 @@ x = da.from_array(data, chunks=(1000, 256))
 y = softmax_rows(x)  # nothing computed yet: a dask array of the same chunks
 print(type(y).__name__, y.chunks)
 assert y.chunks == ((1000, 1000, 500), (256,))
-task = y.dask[next(iter(y.__dask_keys__()[0]))]  # one task's function holds both kernels
-print(task)
+kernels = [key for key in dict(y.dask) if str(key).startswith("eqsat-kernels")]
+print(kernels)  # the one key of the graph holding both kernels, which every chunk's task reads
+assert len(kernels) == 1
 
 # %% [markdown]
 # Computing on the cluster gives numpy's softmax.

@@ -2,7 +2,7 @@
 out, equal to numpy on the same data, on the threaded, process and distributed schedulers.
 
 One LocalCluster of two worker processes serves the module; they share the test's compile cache
-(EQSAT_CACHE_DIR, inherited), and receive the kernels with the tasks.
+(EQSAT_CACHE_DIR, inherited), and receive the kernels in the graph.
 """
 
 from __future__ import annotations
@@ -123,12 +123,27 @@ def test_elementwise_keeps_chunks_along_every_axis(scheduler: str, client: Clien
 
 
 def test_workers_never_optimize(client: Client) -> None:
-    """The kernels travel with the tasks: no worker imports the optimizer (nor egglog)."""
+    """The kernels travel in the graph: no worker imports the optimizer (nor egglog)."""
     data = _data(200, 32, seed=3)
     got = client.compute(softmax_rows(da.from_array(data, chunks=(50, 32)))).result()
     assert got.shape == (200, 32)
     loaded = client.run(lambda: sorted({"eqsat.optimizer", "egglog"} & set(sys.modules)))
     assert list(loaded.values()) == [[], []]
+
+
+def test_map_blocks_of_a_jit_function_answers_from_the_shared_cache(client: Client) -> None:
+    """`x.map_blocks(f)` pickles f by reference: each worker compiles its chunks' kernel, through
+    the compile cache it shares with the client, which optimized the program first: no worker
+    optimizes: none imports the optimizer, which `eqsat.compile` imports on a cache miss only
+    (unpickling f imports this module, and with it egglog)."""
+    data = _data(200, 32, seed=5)
+    softmax_rows.kernel_for(data[:50])  # the client optimizes and fills the shared cache
+    blocks = da.from_array(data, chunks=(50, 32)).map_blocks(softmax_rows, dtype=np.float32)
+    wide = data.astype(np.float64)
+    e = np.exp(wide - wide.max(axis=1, keepdims=True))
+    assert_close(client.compute(blocks).result(), e / e.sum(axis=1, keepdims=True), "float32")
+    optimized = client.run(lambda: "eqsat.optimizer" in sys.modules)
+    assert list(optimized.values()) == [False, False]
 
 
 def test_a_reduction_across_chunks_is_rechunked_when_cheap() -> None:

@@ -2,7 +2,7 @@
 
 On a LocalCluster of 2 worker processes (one thread each), an 8000x1000 float32 dask array in
 1000-row chunks, held in the workers' memory: `softmax_rows(x)` (an `@eqsat.jit` function, one
-kernel shipped with the tasks) and `x.map_blocks(numpy_softmax)` are each persisted and awaited,
+kernel shipped in the graph) and `x.map_blocks(numpy_softmax)` are each persisted and awaited,
 in interleaved rounds; prints the median time of each and the speed-up, then the median time of
 one chunk's function alone on a worker (the kernel; numpy's softmax), which dask's own per-task
 and per-graph costs do not dilute. Needs the `dask` extra. The workers use the caller's compile
