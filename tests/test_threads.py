@@ -28,7 +28,10 @@ ACTIVATIONS = (eqsat.exp, eqsat.tanh, eqsat.sigmoid, eqsat.relu)
 @pytest.fixture
 def collector_thread(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """A thread running the cycle collector without pause for the test; yields the unraisable
-    errors reported meanwhile (what a finalizer on another thread raises lands there)."""
+    errors reported meanwhile (what a finalizer on another thread raises lands there). The
+    garbage earlier tests left (e-graphs that tests build directly, without `release`) is
+    collected first, here, in the thread that made it."""
+    gc.collect()
     unraisable: list[str] = []
     monkeypatch.setattr(
         sys, "unraisablehook", lambda u: unraisable.append(f"{u.exc_type.__name__}: {u.exc_value}")
@@ -81,12 +84,16 @@ def test_compiles_from_a_thread_pool_with_the_collector_on_another_thread(
 def test_one_program_from_four_threads_is_optimized_once(
     fresh_cache: Path, collector_thread: list[str]
 ) -> None:
-    """Four threads compile one program with the compile cache: one optimizes, the other three
-    wait on the entry's lock and answer from the cache."""
+    """Four threads compile one program with the compile cache: one optimizes, the others wait on
+    the entry's lock and answer from the cache. A kernel the cache does not keep (a stage stopped
+    on its clock safety net, or a check that disagreed: its note says so) leaves the entry empty,
+    and the next thread optimizes again."""
     with ThreadPoolExecutor(4) as pool:
         kernels = list(pool.map(lambda _: eqsat.compile(_program(3), progress=False), range(4)))
-    answered = ["answered from the compile cache" in kernel.explain() for kernel in kernels]
-    assert sorted(answered) == [False, True, True, True]
+    notes = "\n".join(kernel.explain().splitlines()[-1] for kernel in kernels)
+    answered = notes.count("(answered from the compile cache")
+    assert answered == 3 - notes.count("(not kept in the compile cache"), notes
+    assert answered >= 1, notes
     assert len({kernel.c_source for kernel in kernels}) == 1
     x = np.random.default_rng(1).standard_normal((11, 16)).astype(np.float32)
     for kernel in kernels:
