@@ -130,7 +130,7 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
             asdict(limits),
             asdict(machine),
             cpu_model(),
-            [[str(rule.egglog_rule()), rule.finite_only] for rule in extra_rules],
+            _rule_texts(extra_rules),
             candidates,
             assume_finite,
             check,
@@ -150,6 +150,18 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
             )
         compile_cache.store(path, _record(kernel, machine.isa))
         return kernel
+
+
+def _rule_texts(extra_rules: Sequence[Identity]) -> list[tuple[str, bool]]:
+    """Each rule's egglog text and whether it is finite-only (for the compile-cache key), built
+    under `EGGLOG_LOCK` (ARCHITECTURE §5e); egglog is imported only if there are rules (they
+    were built with it)."""
+    if not extra_rules:
+        return []
+    from eqsat.core.terms import EGGLOG_LOCK
+
+    with EGGLOG_LOCK:
+        return [(str(rule.egglog_rule()), rule.finite_only) for rule in extra_rules]
 
 
 def _checked(

@@ -26,7 +26,7 @@ from eqsat.core.measure import agreement
 from eqsat.core.pretty import format_loops, format_tensor
 from eqsat.core.progress import Progress
 from eqsat.core.saturate import saturate
-from eqsat.core.terms import Arg, LoopProgram, Term, to_egglog, to_term
+from eqsat.core.terms import EGGLOG_LOCK, Arg, LoopProgram, Term, owned_egraph, to_egglog, to_term
 from eqsat.extract.extractor import NodeCost, SerializedGraph
 from eqsat.extract.loop_cost import CACHE_USE, Estimate, LoopCost
 from eqsat.extract.machine import Machine
@@ -357,18 +357,18 @@ def _optimize_algebra(
     each within ALGEBRA_SLACK of the cheapest (forms of equal estimate, like a + b and b + a,
     lower to the same loops); stage 2 schedules each and keeps the fastest. Several outputs keep
     only the cheapest form of each."""
-    egraph = EGraph()
-    for k, root in enumerate(roots):
-        egraph.let(f"root{k}", to_egglog(root))
-    report = saturate(
-        egraph,
-        algebra_rules(extra_rules, assume_finite=assume_finite),
-        limits,
-        "algebra",
-        facts=algebra_facts,
-        progress=progress.iteration,
-    )
-    graph = SerializedGraph(egraph)
+    with owned_egraph(EGraph()) as egraph:
+        for k, root in enumerate(roots):
+            egraph.let(f"root{k}", to_egglog(root))
+        report = saturate(
+            egraph,
+            algebra_rules(extra_rules, assume_finite=assume_finite),
+            limits,
+            "algebra",
+            facts=algebra_facts,
+            progress=progress.iteration,
+        )
+        graph = SerializedGraph(egraph)
     cost = TensorCost()
     start = time.monotonic()
     deadline = start + limits.extraction_seconds
@@ -498,7 +498,8 @@ def _schedule_part(
     """The cheapest nest of loop term `piece` found in its own kernel e-graph (one candidate per
     e-class kept in extraction if `few`, or the e-graph is large)."""
     egraph, report = schedule(piece, machine, cost.dtype, limits, progress=progress.iteration)
-    graph = SerializedGraph(egraph)
+    with owned_egraph(egraph):
+        graph = SerializedGraph(egraph)
     progress.extracting(report.stage, graph.size)
     keep = 1 if few or graph.size > CANDIDATES_UP_TO_NODES else CANDIDATES_PER_CLASS
     start = time.monotonic()
@@ -554,7 +555,22 @@ def optimize(
 
     An elementwise program over whole arrays of one shape (`eqsat.rewrites.flatten`) is
     optimized over 1-D arrays: `chosen`, `canonical` and `program` are then flat, `flattened`
-    holds the user's shape, and `inputs`, `outputs` and `report()` keep the user's shapes."""
+    holds the user's shape, and `inputs`, `outputs` and `report()` keep the user's shapes.
+
+    Any thread may call it: one optimization runs at a time in a process (`EGGLOG_LOCK`), and
+    its e-graphs are released in the calling thread before it returns (ARCHITECTURE §5e)."""
+    with EGGLOG_LOCK:
+        return _optimize(outputs, limits, machine, progress, extra_rules, assume_finite)
+
+
+def _optimize(
+    outputs: Tensor | Sequence[Tensor],
+    limits: Limits | None,
+    machine: Machine | None,
+    progress: bool,
+    extra_rules: Sequence[Identity],
+    assume_finite: bool,
+) -> Optimized:
     tensors, _ = output_tensors(outputs)
     limits = limits or Limits()
     reporter = Progress(enabled=progress)

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Unpack, overload
 
 import numpy as np
 
-from eqsat import api
+from eqsat import api, dask_arrays
 from eqsat.api import CompileOptions
 from eqsat.backend_c.kernel import Kernel
 from eqsat.core.errors import ArgumentError, DTypeError, UnsupportedError
@@ -127,7 +127,8 @@ class JitFunction:
         """Run the kernel for these arguments, tracing and compiling it on first use.
 
         It requires: the arguments bind to the function's signature; numpy-array arguments of
-        `eqsat.core.dtypes.INPUT_DTYPES`; every other argument hashable (a static value).
+        `eqsat.core.dtypes.INPUT_DTYPES`; every other argument hashable (a static value). With a
+        dask array among them, it returns a dask array (`eqsat.dask_arrays.apply`).
         """
         if not kwargs:  # the common call: every argument by position, a kernel already built
             try:
@@ -144,6 +145,8 @@ class JitFunction:
                     if results is not NotImplemented:
                         return results
                 return known.kernel(*values)
+        if dask_arrays.has_dask_array(args, kwargs):  # dask arrays in, a dask array out
+            return dask_arrays.apply(self, self._bind(args, kwargs))
         arguments = self._bind(args, kwargs)
         key = self._key(arguments)
         kernel = self._kernel(key)
@@ -169,6 +172,17 @@ class JitFunction:
     def kernel_for(self, *args: Any, **kwargs: Any) -> Kernel:
         """The kernel a call with these arguments runs (traced and compiled if new)."""
         return self._kernel(self._key(self._bind(args, kwargs)))
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        """The keyword options of `eqsat.compile` this function passes on (read-only)."""
+        return MappingProxyType(self._options)
+
+    def trace(self, arguments: Mapping[str, Any]) -> Any:
+        """What the function returns on symbolic tensors of these arguments' shapes and dtypes:
+        the expression a call with them compiles. It requires: `arguments` by parameter name,
+        every one given, arrays as numpy arrays."""
+        return self._traced(self._key(dict(arguments)))
 
     def __repr__(self) -> str:
         return f"<eqsat.jit {self._name}: {len(self._kernels)} kernel(s)>"
@@ -244,8 +258,11 @@ class JitFunction:
         return tuple(key)
 
     def _compile(self, key: CacheKey) -> Kernel:
-        """Trace the function on symbolic tensors named after its array and traced float
-        parameters (floats 0-d and weak, as numpy's Python scalars); compile."""
+        return api.compile(self._traced(key), **self._options)
+
+    def _traced(self, key: CacheKey) -> Any:
+        """The function's result on symbolic tensors named after its array and traced float
+        parameters (floats 0-d and weak, as numpy's Python scalars)."""
         call = self._signature.bind_partial()
         for name, spec in key:
             if isinstance(spec, ArraySpec):
@@ -264,7 +281,7 @@ class JitFunction:
                     "not an expression of its array arguments (an eqsat.Tensor while tracing); "
                     "return one, or a tuple/list of them"
                 )
-        return api.compile(result, **self._options)
+        return result
 
     def _input(self, name: str, spec: ArraySpec) -> Tensor:
         """The symbolic tensor traced for array parameter `name`; DTypeError names it."""

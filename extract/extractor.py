@@ -500,7 +500,7 @@ def _read(egraph: EGraph) -> tuple[dict[str, list[_Node]], dict[str, str]]:
                 if vector
                 else sorted(tables.value_to_set(value), key=tables.value_to_i64)  # JSON's order
             )
-            children = tuple(literal_class(item_sort, item) for item in items)
+            children = tuple(literal_class(item_sort, item) for item in items)  # noqa: F821
             eclass = f"{sort}-({','.join(children if vector else sorted(children))})"
             node = _Node(f"primitive-{eclass}", "Vec" if vector else "literal", children, None)
         else:
@@ -515,7 +515,7 @@ def _read(egraph: EGraph) -> tuple[dict[str, list[_Node]], dict[str, str]]:
         """The e-class of a value of `sort` in a row."""
         if not _is_literal(sort):
             return class_id(sort)
-        return _Made(lambda value: literal_class(sort, value)).__getitem__
+        return _Made(lambda value: literal_class(sort, value)).__getitem__  # noqa: F821
 
     for name, table in tables.freeze().functions.items():
         if table.is_let_binding:  # not a node: its value is not serialized
@@ -538,6 +538,9 @@ def _read(egraph: EGraph) -> tuple[dict[str, list[_Node]], dict[str, str]]:
                 values = (row.output, *row.inputs)
                 for i, read in literals:
                     read(values[i])
+    # literal_class calls itself: its cell would keep `tables`, the Rust e-graph, in a cycle that
+    # the collector may free on another thread (ARCHITECTURE §5e). Emptied, no cycle is left.
+    del literal_class
     return classes, lets
 
 

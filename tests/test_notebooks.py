@@ -25,7 +25,7 @@ ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # IPython colours its tracebacks
 
 
 def test_every_notebook_is_found() -> None:
-    assert [path.stem[:2] for path in NOTEBOOKS] == ["01", "02", "03", "04", "05"]
+    assert [path.stem[:2] for path in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06"]
 
 
 @pytest.fixture(scope="module")

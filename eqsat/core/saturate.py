@@ -57,7 +57,7 @@ from egglog.egraph import RewriteOrRule
 
 from eqsat.core.errors import UnsoundMergeError
 from eqsat.core.limits import Limits, SaturationReport
-from eqsat.core.terms import CONSTRUCTORS, Index, Scalar, TExpr
+from eqsat.core.terms import CONSTRUCTORS, Index, Scalar, TExpr, release
 
 merged_literals = relation("merged_literals", String, String, String)  # constructor, a, b
 # Relative distance of two float constants that is a rounding of constant folding, not another
@@ -118,7 +118,24 @@ def saturate(
     """Run `facts` to saturation then one round of `rules`, until saturation or a limit; returns
     the report (never raises on a limit). `progress` sees the report after every round.
 
-    Raises UnsoundMergeError when a tripwire fires (a rule in `rules` is unsound)."""
+    Raises UnsoundMergeError when a tripwire fires (a rule in `rules` is unsound); whatever it
+    raises, `egraph` is released first (`eqsat.core.terms.release`): the caller never sees it
+    again, and it must not reach the cycle collector of another thread."""
+    try:
+        return _saturate(egraph, rules, limits, stage, facts, progress)
+    except BaseException:
+        release(egraph)
+        raise
+
+
+def _saturate(
+    egraph: EGraph,
+    rules: Schedule,
+    limits: Limits,
+    stage: str,
+    facts: Schedule | None,
+    progress: Callable[[SaturationReport], None] | None,
+) -> SaturationReport:
     report = SaturationReport(stage)
     start = time.perf_counter()
     facts_pending = facts is not None

@@ -21,10 +21,13 @@ Invariants (ARCHITECTURE §3):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from egglog import (
+    EGraph,
     Expr,
     StringLike,
     VecLike,
@@ -74,6 +77,37 @@ def _transform_let_from_base(self: EGraphState, typed_expr: Any) -> Any:
 
 
 EGraphState._transform_let = _transform_let_from_base  # type: ignore[method-assign]
+
+
+# ---------------------------------------------------------------- any thread (ARCHITECTURE §5e)
+
+# egglog-python resolves declarations and rulesets lazily into process-wide state, without a
+# lock: two threads building or running e-graphs at once raised KeyError (`Ident('shape_of')`)
+# and "Recursively resolving thunk". Every use of egglog (a whole `eqsat.optimizer.optimize`, the
+# egglog rules of a compile-cache key) holds this lock; the C build and the checks do not.
+EGGLOG_LOCK = threading.RLock()
+
+
+@contextmanager
+def owned_egraph(egraph: EGraph) -> Iterator[EGraph]:
+    """`egraph` for the block; when it ends, however it ends, `release(egraph)`."""
+    try:
+        yield egraph
+    finally:
+        release(egraph)
+
+
+def release(egraph: EGraph) -> None:
+    """Drop `egraph`'s Rust e-graph now, in this thread; `egraph` is unusable afterwards.
+
+    egglog-python leaves a reference cycle through the e-graph's state at every run of a schedule
+    (a recursive closure), so without this the cycle collector drops the Rust e-graph on whichever
+    thread it next runs, and egglog refuses that: "EGraph is unsendable, but is being dropped on
+    another thread", and the e-graph leaks. It requires: no other reference to the Rust e-graph
+    (`EGraphState.egraph`) than egglog's own states."""
+    for state in (egraph._state, *egraph._state_stack):
+        if hasattr(state, "egraph"):
+            del state.egraph
 
 
 # ---------------------------------------------------------------- stage 1: tensor terms
