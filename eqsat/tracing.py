@@ -13,8 +13,10 @@ The module is not named `jit`: importing a submodule `eqsat.jit` would set the p
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
@@ -115,6 +117,7 @@ class JitFunction:
         self._static = static
         self._static_positions = frozenset(parameters.index(name) for name in static)
         self._kernels: OrderedDict[CacheKey, Kernel] = OrderedDict()
+        self._table_lock = threading.Lock()
         # positional calls already seen -> what `_call_known` needs to run them
         self._positional: dict[tuple[Any, ...], _KnownCall] = {}
 
@@ -136,7 +139,8 @@ class JitFunction:
             except TypeError:  # an unhashable argument: the full path below names it
                 known = None
             if known is not None:
-                self._kernels.move_to_end(known.key)
+                with contextlib.suppress(KeyError):  # dropped by another thread: run it anyway
+                    self._kernels.move_to_end(known.key)
                 values = [args[position] for position in known.positions]
                 for slot in known.scalars:
                     values[slot] = np.asarray(values[slot], known.kernel.dtype)
@@ -206,19 +210,25 @@ class JitFunction:
 
     def _kernel(self, key: CacheKey) -> Kernel:
         """The kernel of `key`, compiled if new; beyond MAX_KERNELS the least recently used
-        one is dropped (and the positional calls that ran it)."""
-        kernel = self._kernels.get(key)
-        if kernel is not None:
+        one is dropped (and the positional calls that ran it). Threads may call it at once: the
+        table changes under `_table_lock`, compiles run outside it (`eqsat.compile` makes one
+        compile per cache key)."""
+        with self._table_lock:
+            kernel = self._kernels.get(key)
+            if kernel is not None:
+                self._kernels.move_to_end(key)
+                return kernel
+        kernel = self._compile(key)
+        with self._table_lock:
+            self._kernels[key] = kernel
             self._kernels.move_to_end(key)
-            return kernel
-        kernel = self._kernels[key] = self._compile(key)
-        if len(self._kernels) > MAX_KERNELS:
-            _, dropped = self._kernels.popitem(last=False)
-            self._positional = {
-                call: known
-                for call, known in self._positional.items()
-                if known.kernel is not dropped
-            }
+            if len(self._kernels) > MAX_KERNELS:
+                _, dropped = self._kernels.popitem(last=False)
+                self._positional = {
+                    call: known
+                    for call, known in self._positional.items()
+                    if known.kernel is not dropped
+                }
         return kernel
 
     def _positional_key(self, args: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -11,7 +11,9 @@ import math
 import operator
 import pickle
 import re
+import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -370,6 +372,31 @@ def test_the_kernel_table_keeps_the_most_recently_used(monkeypatch: pytest.Monke
     assert [key[0][1].shape for key in double.kernels] == [(2, 3), (4, 3)]
     np.testing.assert_array_equal(double(b), b * 2)  # traced again, not run from a stale entry
     assert traced == [(2, 3), (3, 3), (4, 3), (3, 3)]
+
+
+def test_threads_share_one_kernel_table_while_it_drops_kernels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Threads calling one jit function with more shapes than its table holds: every call
+    answers numpy's result (no KeyError from a kernel another thread dropped)."""
+    monkeypatch.setattr(eqsat.tracing, "MAX_KERNELS", 2)
+    double = eqsat.jit(lambda x: x * 2)
+    shapes = [(n, 3) for n in range(2, 7)]
+    double(*arrays(shapes[0]))  # traced once first: the threads meet compiled kernels soon
+
+    def calls(offset: int) -> None:
+        for k in range(20):
+            (x,) = arrays(shapes[(k + offset) % len(shapes)])
+            np.testing.assert_array_equal(double(x), x * 2)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch often: the table's races show
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(calls, range(4)))
+    finally:
+        sys.setswitchinterval(interval)
+    assert len(double.kernels) <= 2
 
 
 def test_jit_multiple_outputs_return_a_tuple() -> None:
