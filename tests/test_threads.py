@@ -30,8 +30,11 @@ def collector_thread(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """A thread running the cycle collector without pause for the test; yields the unraisable
     errors reported meanwhile (what a finalizer on another thread raises lands there). The
     garbage earlier tests left (e-graphs that tests build directly, without `release`) is
-    collected first, here, in the thread that made it."""
+    collected first, here, in the thread that made it, and what survives is frozen (`gc.freeze`)
+    for the test: a late xdist worker holds hundreds of MB of objects, and a collector scanning
+    them every millisecond starved the compiling threads for minutes."""
     gc.collect()
+    gc.freeze()
     unraisable: list[str] = []
     monkeypatch.setattr(
         sys, "unraisablehook", lambda u: unraisable.append(f"{u.exc_type.__name__}: {u.exc_value}")
@@ -47,6 +50,7 @@ def collector_thread(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield unraisable
     stop.set()
     thread.join()
+    gc.unfreeze()
 
 
 def _program(k: int) -> eqsat.Tensor:
