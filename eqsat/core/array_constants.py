@@ -23,14 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-KINDS = ("arange", "filled", "lower", "diagonal")
-
 
 @dataclass(frozen=True)
 class Pattern:
-    """A recognized constant array: its `kind` (in KINDS), and for the last three the value
-    `inside` the region (every element, for "filled"), the value `outside` it and the diagonal
-    `offset` (column - row) that bounds it."""
+    """A recognized constant array: its `kind` ("arange", "filled", "lower" or "diagonal", as
+    the module docstring says), and for the last three the value `inside` the region (every
+    element, for "filled"), the value `outside` it and the diagonal `offset` (column - row)
+    that bounds it."""
 
     kind: str
     inside: bool | int | float = 0
@@ -39,7 +38,7 @@ class Pattern:
 
 
 def pattern(value: np.ndarray) -> Pattern | None:
-    """What `value` is as a function of its indices, or None if it is none of KINDS.
+    """What `value` is as a function of its indices, or None if it is none of the kinds.
 
     It requires: `value` has at least one element."""
     if value.dtype.kind == "f" and (np.isnan(value).any() or np.signbit(value[value == 0]).any()):
