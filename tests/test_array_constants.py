@@ -14,7 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import eqsat
-from eqsat.core.array_constants import pattern
+from eqsat.core.array_constants import Pattern, pattern
 from eqsat.core.interp import evaluate
 from eqsat.core.terms import to_term
 from eqsat.frontend import _array_constant
@@ -27,9 +27,9 @@ BUILDERS: dict[str, Callable[[int, int, int, str], np.ndarray]] = {
     "triu of ones": lambda n, m, k, dtype: np.triu(np.ones((n, m), dtype), k),
     "triu of -inf": lambda n, m, k, dtype: np.triu(np.full((n, m), -np.inf), k).astype(dtype),
     "eye": lambda n, m, k, dtype: np.eye(n, m, k, dtype=dtype),
-    "causal comparison": lambda n, m, k, dtype: (
-        np.arange(n)[:, None] + k >= np.arange(m)
-    ).astype(dtype),
+    "causal comparison": lambda n, m, k, dtype: (np.arange(n)[:, None] + k >= np.arange(m)).astype(
+        dtype
+    ),
     "full": lambda n, m, k, dtype: np.full((n, m), k, dtype),
     "arange": lambda n, m, k, dtype: np.arange(n * m, dtype=dtype).reshape(n, m),
 }
@@ -68,13 +68,16 @@ def test_an_index_function_array_is_captured_with_numpys_values_and_dtype(
         np.array([[0.0, 1.0], [2.0, 0.0]]),  # constant diagonals, but three values
         np.array([[1.0, np.nan], [1.0, 1.0]]),
         np.array([[-0.0, 0.0], [0.0, -0.0]]),
-        np.ones((2, 3, 3)),  # filled: captured ...
+        np.stack([np.tril(np.ones((3, 3))), np.triu(np.ones((3, 3)))]),  # a leading axis of 2
     ],
-    ids=["random", "three values", "NaN", "-0.0", "filled 3-D"],
+    ids=["random", "three values", "NaN", "-0.0", "two triangles stacked"],
 )
 def test_other_arrays_are_not_recognized(value: np.ndarray) -> None:
-    found = pattern(value)
-    assert (found is not None) == (value.ndim == 3), found  # ... and only that one
+    assert pattern(value) is None
+
+
+def test_a_filled_array_of_any_rank_is_recognized() -> None:
+    assert pattern(np.full((2, 3, 3), 1.5)) == Pattern("filled", 1.5)
 
 
 def causal_attention(q: Any, k: Any, v: Any) -> Any:

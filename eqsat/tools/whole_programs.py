@@ -174,6 +174,8 @@ def whole_programs(quick: bool = False) -> list[Workload]:
     seq, model, heads, hidden = (32, 64, 4, 128) if quick else (512, 768, 12, 3072)
     causal = 64 if quick else 1024
     rows = 64 if quick else 1024  # cosine similarity and distances: rows of each operand
+    row_pairs = {"a": (rows, model), "b": (rows, model)}
+    pair, pair_flops = f"{rows}x{model} by {rows}x{model}", 2.0 * rows * rows * model
     samples, features, centers = (128, 16, 8) if quick else (16384, 256, 64)
     classes = 32 if quick else 1000
     norms = {name: (model,) for name in ("g1", "b1", "g2", "b2")}
@@ -225,11 +227,11 @@ def whole_programs(quick: bool = False) -> list[Workload]:
         ),
         whole_program_workload(
             "cosine",
-            f"cosine-similarity matrix, {rows}x{model} by {rows}x{model}",
-            {"a": (rows, model), "b": (rows, model)},
+            f"cosine-similarity matrix, {pair}",
+            row_pairs,
             cosine_similarity,
             target=1.0,
-            flops=2.0 * rows * rows * model,
+            flops=pair_flops,
         ),
         whole_program_workload(
             "logreg-grad",
@@ -249,11 +251,11 @@ def whole_programs(quick: bool = False) -> list[Workload]:
         ),
         whole_program_workload(
             "distances",
-            f"pairwise Euclidean distances, {rows}x{model} by {rows}x{model}",
-            {"a": (rows, model), "b": (rows, model)},
+            f"pairwise Euclidean distances, {pair}",
+            row_pairs,
             pairwise_distances,
             target=1.0,
-            flops=2.0 * rows * rows * model,
+            flops=pair_flops,
         ),
         whole_program_workload(
             "cross-entropy",
