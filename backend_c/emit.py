@@ -8,8 +8,8 @@ first. The emitter re-checks that a vector loop is safe to vectorize (a single s
 accumulate whose loads are contiguous or uniform along the loop, with ops that have a vector
 form) and emits the scalar loop otherwise, so correctness never rests on the guard
 of the rule that placed the mark. `Parallel` becomes an OpenMP loop, `Unroll(n)` a GCC pragma. The
-copy that packs a register tile's rows (`eqsat.rewrites.packing`) gathers a vector of several
-rows' elements a step instead of copying one element at a time.
+copy that packs a register tile's rows (`eqsat.rewrites.packing`) loads a vector from each row
+and interleaves them in registers instead of copying one element at a time.
 Every identifier in the C comes from the lowering (in0, out0, t0, i0, k, ...), never from a user.
 """
 
@@ -293,9 +293,9 @@ class _Emitter:
         if tile is not None:
             self.register_tile_loop(axis, kind, body, tile)
             return
-        gather = self.row_gather(axis, body) if kind.op == "LoopKind.serial" else None
-        if gather is not None:
-            self.gathered_rows_loop(axis, body, gather)
+        transpose = self.rows_transpose(axis, body) if kind.op == "LoopKind.serial" else None
+        if transpose is not None:
+            self.transposed_rows_loop(axis, body, transpose)
             return
         var, extent = axis_var(axis), self.trips_expr(axis)
         region = kind.op == "LoopKind.parallel" and not self.in_parallel
@@ -330,13 +330,11 @@ class _Emitter:
             self.depth -= 1
             self.line("}")
 
-    def row_gather(self, axis: Term, body: Term) -> _RowGather | None:
-        """The gather that copies `lanes` elements a step in `for axis: for r unroll(R):
-        pk[..., axis, r] = src[...]`, a packing copy of a register tile's rows
-        (`eqsat.rewrites.packing`), or None when the loop is not such a copy. It requires: every
-        run of r has R trips, R divides the lanes, `src` is contiguous along `axis` and walks a
-        whole dimension with r (the lanes of one step are lanes/R consecutive `axis` values of
-        R rows), and the offsets fit int32."""
+    def rows_transpose(self, axis: Term, body: Term) -> _RowsTranspose | None:
+        """The transposing copy for `for axis: for r unroll(R): pk[..., axis, r] = src[...]`,
+        a packing copy of a register tile's rows (`eqsat.rewrites.packing`), or None when the
+        loop is not such a copy. It requires: every run of r has R trips, R > 1 divides the
+        lanes, `src` is contiguous along `axis` and walks a whole dimension with r."""
         vector = self.vector
         if vector is None or body.op != "Stmt.loop" or body.args[1].op != "LoopKind.unroll":  # type: ignore[union-attr]
             return None
@@ -344,7 +342,7 @@ class _Emitter:
         assert isinstance(rows_axis, Term) and isinstance(copy, Term)
         runs = trip_runs(rows_axis)
         rows = next(iter(runs))
-        if len(runs) != 1 or vector.lanes % rows or copy.op != "Stmt.store":
+        if len(runs) != 1 or rows < 2 or vector.lanes % rows or copy.op != "Stmt.store":
             return None
         target, value = copy.args[1], copy.args[2]
         assert isinstance(target, Term) and isinstance(value, Term)
@@ -366,33 +364,41 @@ class _Emitter:
         if items[moving[0]].args[0] not in unit_stride_axes(rows_axis):
             return None
         row_stride = math.prod(self.shapes[source][moving[0] + 1 :])
-        steps = vector.lanes // rows
-        offsets = [r * row_stride + j for j in range(steps) for r in range(rows)]
-        if max(offsets) >= 2**31:
-            return None
-        return _RowGather(rows_axis, copy, steps, offsets)
+        return _RowsTranspose(rows_axis, copy, rows, row_stride)
 
-    def gathered_rows_loop(self, axis: Term, body: Term, gather: _RowGather) -> None:
-        """`row_gather`'s copy: a gather and a vector store for each `gather.steps` values of
-        `axis`, then the plain loop for the values left."""
+    def transposed_rows_loop(self, axis: Term, body: Term, transpose: _RowsTranspose) -> None:
+        """`rows_transpose`'s copy: for each `lanes` values of `axis`, one vector load from
+        each of the R rows, interleaved in log2(R) rounds of `VectorIsa.zip` into R vectors
+        stored side by side; then the plain loop for the values left."""
         vector = self.vector
         assert vector is not None
-        var, extent = axis_var(axis), self.trips_expr(axis)
+        var, extent, lanes = axis_var(axis), self.trips_expr(axis), vector.lanes
         self.line("{")
         self.depth += 1
-        offsets = f"rows_{var}"
-        self.line(f"const {vector.gather_offsets_type()} {offsets} = ")
-        self.line(f"    {vector.gather_offsets(gather.offsets)};")
         self.line(f"int64_t {var} = 0;")
-        self.line(f"for (; {var} + {gather.steps} <= {extent}; {var} += {gather.steps}) {{")
-        self.scope.append(axis)
-        self.fixed[gather.rows_axis] = "0"
-        target = self.element(str(gather.copy.args[0]), gather.copy.args[1])  # type: ignore[arg-type]
-        source = self.element(*gather.copy.args[2].args)  # type: ignore[union-attr]
-        del self.fixed[gather.rows_axis]
-        self.scope.pop()
+        self.line(f"for (; {var} + {lanes} <= {extent}; {var} += {lanes}) {{")
         self.depth += 1
-        self.line(vector.store(f"&{target}", vector.gather(f"&{source}", offsets)))
+        self.scope.append(axis)
+        self.fixed[transpose.rows_axis] = "0"
+        target = self.element(str(transpose.copy.args[0]), transpose.copy.args[1])  # type: ignore[arg-type]
+        source = self.element(*transpose.copy.args[2].args)  # type: ignore[union-attr]
+        del self.fixed[transpose.rows_axis]
+        self.scope.pop()
+        names = [f"{var}_row{r}" for r in range(transpose.rows)]
+        for r, name in enumerate(names):
+            address = f"&{source}" + (f" + {r * transpose.row_stride}" if r else "")
+            self.line(f"const {vector.vtype} {name} = {vector.load(address)};")
+        for round_ in range(transpose.rows.bit_length() - 1):  # R is a power of two
+            # pair each vector with the one half the list away; the list keeps lane order
+            half, zipped = len(names) // 2, []
+            for j in range(half):
+                low, high = vector.zip(names[j], names[j + half])
+                zipped += [f"{var}_z{round_}_{2 * j}", f"{var}_z{round_}_{2 * j + 1}"]
+                self.line(f"const {vector.vtype} {zipped[-2]} = {low};")
+                self.line(f"const {vector.vtype} {zipped[-1]} = {high};")
+            names = zipped
+        for j, name in enumerate(names):
+            self.line(vector.store(f"&{target}" + (f" + {j * lanes}" if j else ""), name))
         self.depth -= 1
         self.line("}")
         self.line(f"for (; {var} < {extent}; ++{var}) {{")
@@ -757,14 +763,14 @@ HORIZONTAL_CHAINS = 4
 
 
 @dataclass(frozen=True)
-class _RowGather:
-    """A packing copy of `rows_axis`'s rows, `steps` values of the loop around it a vector
-    (`_Emitter.row_gather`): lane j reads offset `offsets[j]` from its step's first element."""
+class _RowsTranspose:
+    """A packing copy of `rows` rows of `rows_axis`, `row_stride` elements apart in its source
+    (`_Emitter.rows_transpose`)."""
 
     rows_axis: Term
     copy: Term  # the copy's store
-    steps: int
-    offsets: list[int]
+    rows: int
+    row_stride: int
 
 
 def _tile_axes(tile: RegisterTile) -> list[Term]:

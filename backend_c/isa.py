@@ -10,7 +10,6 @@ each is wrapped in a helper (`scalar_preamble`, `VectorIsa.preamble`) that puts 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from eqsat.core.loops import MASKED_ISAS
@@ -104,21 +103,27 @@ class VectorIsa:
         stores must be fenced (`_mm_sfence()`) before another thread reads them."""
         return f"{self._fn('stream')}({pointer}, {value});"
 
-    def gather_offsets(self, offsets: Sequence[int]) -> str:
-        """A vector of 32-bit element offsets, one a lane, for `gather` (they fit int32)."""
-        bits = self.lanes * 32
-        prefix = {512: "_mm512", 256: "_mm256", 128: "_mm"}[bits]
-        return f"{prefix}_setr_epi32({', '.join(map(str, offsets))})"
-
-    def gather_offsets_type(self) -> str:
-        return f"__m{self.lanes * 32}i"
-
-    def gather(self, pointer: str, offsets: str) -> str:
-        """Lane j = pointer[offsets[j]] (AVX2 and AVX-512 gather loads)."""
-        scale = 4 if self.dtype == "float32" else 8
+    def zip(self, a: str, b: str) -> tuple[str, str]:
+        """The lanes of `a` and `b` interleaved, a0 b0 a1 b1 ...: the low half of that sequence
+        and the high half, one vector each."""
         if self.name == "avx512":
-            return f"{self._fn('i32gather')}({offsets}, {pointer}, {scale})"
-        return f"{self._fn('i32gather')}({pointer}, {offsets}, {scale})"
+            if self.dtype == "float32":
+                setr, half = "_mm512_setr_epi32", 16
+            else:
+                setr, half = "_mm512_setr_epi64", 8
+            lanes = [(j // 2) + (j % 2) * half for j in range(half)]  # b's lane j is j + half
+            low = f"{setr}({', '.join(map(str, lanes))})"
+            high = f"{setr}({', '.join(str(lane + half // 2) for lane in lanes)})"
+            return (
+                f"{self._fn('permutex2var')}({a}, {low}, {b})",
+                f"{self._fn('permutex2var')}({a}, {high}, {b})",
+            )
+        # AVX2: unpack interleaves within each 128-bit half; permute2f128 joins the halves.
+        lows, highs = f"{self._fn('unpacklo')}({a}, {b})", f"{self._fn('unpackhi')}({a}, {b})"
+        return (
+            f"{self._fn('permute2f128')}({lows}, {highs}, 0x20)",
+            f"{self._fn('permute2f128')}({lows}, {highs}, 0x31)",
+        )
 
     def broadcast(self, scalar: str) -> str:
         return f"{self._fn('set1')}({scalar})"

@@ -3,7 +3,10 @@
 options) and `python -m eqsat rules` (every rewrite rule with its identity and guard).
 
 numpy is timed with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (this machine's environment sets
-them, which halves OpenBLAS's sgemm): the comparison is against the best numpy. OpenBLAS keeps
+them, which halves OpenBLAS's sgemm): the comparison is against the best numpy. `bench --isa L`
+measures a host of ISA level L on this one: eqsat is capped at L (EQSAT_MAX_ISA) and numpy runs
+the OpenBLAS kernel such a host would pick (`OPENBLAS_KERNELS`), so an AVX2 laptop's ratios can
+be read on an AVX-512 server. OpenBLAS keeps
 its default thread timeout (idle threads yield for a while after each call, which makes its
 back-to-back calls fastest); the timing lets them settle before it times anything else
 (`eqsat.tools.workloads.SETTLE_SECONDS`).
@@ -15,13 +18,37 @@ import os
 import sys
 
 _OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+# An ISA level below the host's -> the OpenBLAS core type whose kernels a host of that level
+# runs (Haswell: AVX2 and FMA; Nehalem: SSE only). The host's own level runs OpenBLAS's choice.
+OPENBLAS_KERNELS = {"avx2": "Haswell", "scalar": "Nehalem"}
 
 
-def _reexec_with_fair_openblas() -> None:
-    """numpy reads these when it is first imported; restart the process without the overrides
-    (module doc)."""
-    if any(var in os.environ for var in _OPENBLAS_VARS):
-        env = {k: v for k, v in os.environ.items() if k not in _OPENBLAS_VARS}
+def _isa_option(argv: list[str]) -> str | None:
+    """The value of `--isa L` or `--isa=L` in `argv`, if any (the bench checks it)."""
+    for position, arg in enumerate(argv):
+        if arg == "--isa" and position + 1 < len(argv):
+            return argv[position + 1]
+        if arg.startswith("--isa="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def numpy_environment(environ: dict[str, str], isa: str | None) -> dict[str, str]:
+    """`environ` for a bench run at ISA level `isa` (None: the host's): no OpenBLAS override
+    but the core type of `isa` (OPENBLAS_KERNELS), and EQSAT_MAX_ISA=isa (module doc)."""
+    env = {k: v for k, v in environ.items() if k not in _OPENBLAS_VARS}
+    if isa is not None:
+        env["EQSAT_MAX_ISA"] = isa
+        if isa in OPENBLAS_KERNELS:
+            env["OPENBLAS_CORETYPE"] = OPENBLAS_KERNELS[isa]
+    return env
+
+
+def _reexec_with_fair_openblas(isa: str | None) -> None:
+    """numpy reads OpenBLAS's variables when it is first imported: restart the process with
+    `numpy_environment` unless it already has it (module doc)."""
+    env = numpy_environment(dict(os.environ), isa)
+    if env != dict(os.environ):
         os.execve(sys.executable, [sys.executable, "-m", "eqsat", *sys.argv[1:]], env)
 
 
@@ -47,7 +74,7 @@ def main(argv: list[str]) -> int:
 
         print_rules()
         return 0
-    _reexec_with_fair_openblas()
+    _reexec_with_fair_openblas(_isa_option(argv) if argv[0] == "bench" else None)
     if argv[0] == "bench":
         from eqsat.tools.bench import main as run_bench
 

@@ -38,9 +38,10 @@ L1_SET_SPAN bytes apart (A with 1024 float32 columns): every row's current line 
 one L1 set, and with the panel of B they overflow it. That replaces condition 3 (the last panel
 axis is the unrolled row loop, so the panel is `pk[i0.outer, k.inner, i0.inner]`: each step's
 elements side by side, and each row tile's block contiguous), and the panel may be as large as
-ROWS_PANEL_BYTES (all rows of one depth block). The emitter copies it with gathers
-(`backend_c.emit`). A 512x1024 @ 1024x1024 layer ran 10% faster, 1000x1024 @ 1024x1000 25%, a
-1024-cubed product about as fast as before (docs/MEASUREMENTS.md).
+ROWS_PANEL_BYTES (all rows of one depth block). The emitter copies it by loading a vector from
+each row and interleaving them in registers (`backend_c.emit`). A 512x1024 @ 1024x1024 layer
+ran 10% faster, 1000x1024 @ 1024x1000 25%, a 1024-cubed product about as fast as before
+(docs/MEASUREMENTS.md).
 """
 
 from __future__ import annotations

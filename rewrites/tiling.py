@@ -22,6 +22,7 @@ from eqsat.rewrites.lowering import CONTRACTION
 from eqsat.rewrites.rule import Identity
 
 SERIAL = LoopKind.serial()
+MIN_ACCUMULATORS = 12
 
 
 @dataclass(frozen=True)
@@ -104,8 +105,10 @@ def tile_sizes(machine: Machine, dtype: str) -> TileSizes:
     fill (CACHE_USE)."""
     lanes = machine.lanes(dtype)
     item = 4 if dtype == "float32" else 8
-    columns = 2 * lanes if lanes > 1 else 4
-    rows = 1 << ((REGISTER_BUDGET[machine.isa] // 2).bit_length() - 1)
+    budget = REGISTER_BUDGET[machine.isa]
+    rows = 1 << ((budget // 2).bit_length() - 1)
+    vectors = 2 if rows * 2 >= MIN_ACCUMULATORS or rows * 3 > budget else 3
+    columns = vectors * lanes if lanes > 1 else 4
     cache = 512
     while cache > columns and (
         cache * columns * item > machine.l1_bytes or cache * cache * item > machine.l2_bytes // 2

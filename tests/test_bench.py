@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from eqsat.__main__ import numpy_environment
 from eqsat.core.measure import BLOCK_SECONDS, interleaved_medians
 from eqsat.extract.machine import Machine, host
 from eqsat.tools import bench, sweep, workloads
@@ -75,6 +76,19 @@ def test_a_failing_workload_is_reported_in_its_row() -> None:
     result = workloads.run_workload(workload, fake_machine(), 1, np.random.default_rng(0))
     assert result.failure is not None and "ShapeError" in result.failure
     assert "FAILED: ShapeError" in bench.format_result(result)
+
+
+def test_bench_at_a_lower_isa_runs_numpy_on_that_levels_openblas_kernels() -> None:
+    """`bench --isa avx2` caps eqsat and picks OpenBLAS's Haswell kernels; without `--isa` the
+    environment's OpenBLAS overrides are dropped (numpy's best kernel)."""
+    environ = {"PATH": "/bin", "OPENBLAS_CORETYPE": "Zen", "OPENBLAS_L2_SIZE": "1"}
+    assert numpy_environment(environ, None) == {"PATH": "/bin"}
+    assert numpy_environment(environ, "avx2") == {
+        "PATH": "/bin",
+        "EQSAT_MAX_ISA": "avx2",
+        "OPENBLAS_CORETYPE": "Haswell",
+    }
+    assert numpy_environment({}, "avx512") == {"EQSAT_MAX_ISA": "avx512"}
 
 
 def test_unknown_workload_is_a_usage_error() -> None:

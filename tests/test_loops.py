@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import eqsat
 from eqsat.core.interp import run
-from eqsat.core.loops import access_kind, register_tile
+from eqsat.core.loops import REGISTER_BUDGET, access_kind, register_tile
 from eqsat.core.pretty import format_loops
 from eqsat.core.saturate import Limits
 from eqsat.core.terms import LoopProgram, Term, index_list, to_egglog, to_term
@@ -32,7 +32,7 @@ from eqsat.rewrites import lowering
 from eqsat.rewrites.contraction import contract_temporaries
 from eqsat.rewrites.lowering import lower, reshape_index
 from eqsat.rewrites.schedule import ROOT, schedule
-from eqsat.rewrites.tiling import TileSizes, tile_sizes
+from eqsat.rewrites.tiling import MIN_ACCUMULATORS, TileSizes, tile_sizes
 from tests.isas import VECTOR_ISAS
 from tests.machines import PINNED
 from tests.programs import Program, assert_close, assert_variant_agrees, programs
@@ -83,6 +83,30 @@ def under_allocs(statement: Term) -> Term:
 
 
 # ---------------------------------------------------------------- what the e-graph holds
+
+
+@pytest.mark.parametrize(
+    ("isa", "dtype", "rows", "columns"),
+    [
+        ("avx512", "float32", 8, 32),
+        ("avx512", "float64", 8, 16),
+        ("avx2", "float32", 4, 24),
+        ("avx2", "float64", 4, 12),
+        ("scalar", "float32", 4, 4),
+    ],
+)
+def test_register_tile_keeps_enough_accumulators_within_the_registers(
+    isa: str, dtype: str, rows: int, columns: int
+) -> None:
+    """The register tile has at least MIN_ACCUMULATORS vector accumulators where the register
+    budget allows (AVX2: 4 rows x 3 vectors, as 4 x 2 left the FMAs waiting on each other) and
+    never more than the budget."""
+    tiles = tile_sizes(AVX512.with_isa(isa), dtype)
+    assert tiles.register == tuple(sorted({rows, columns}))
+    lanes = AVX512.with_isa(isa).lanes(dtype)
+    if lanes > 1:
+        assert rows * columns // lanes <= REGISTER_BUDGET[isa]
+        assert rows * columns // lanes >= min(MIN_ACCUMULATORS, REGISTER_BUDGET[isa])
 
 
 def test_matmul_egraph_holds_the_register_blocked_cache_tiled_vectorized_nest() -> None:

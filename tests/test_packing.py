@@ -156,13 +156,13 @@ def _replace_value(term: Term, value: Term) -> Term:
     depth=st.sampled_from([(16, 32), (16, 37), (33, 40)]),
     dtype=st.sampled_from(["float32", "float64"]),
 )
-def test_register_tile_rows_4k_apart_are_packed_and_gathered(
+def test_register_tile_rows_4k_apart_are_packed_and_transposed(
     isa: str, row_tiles: int, edge_rows: int, rows: int, depth: tuple[int, int], dtype: str
 ) -> None:
     """in0's rows are 4 KiB apart (the product reads the first k of each), so a register
     tile's rows share L1 sets: they are packed per depth block ([row tile, k, row] panels),
-    copied by gathers where whole row tiles fill whole vectors; the kernel agrees with the
-    interpreter, edge rows and a depth remainder included."""
+    copied by in-register transposes where whole row tiles fill whole vectors; the kernel
+    agrees with the interpreter, edge rows and a depth remainder included."""
     tk, k = depth
     m = rows * row_tiles + edge_rows
     program = _with_rows_apart(tiled_matmul(m, k, 32, ti=rows, tk=tk, tj=16), L1_SET_SPAN, dtype)
@@ -171,7 +171,7 @@ def test_register_tile_rows_4k_apart_are_packed_and_gathered(
     assert (-(-m // rows), tk, rows) in shapes
     source = emit(packed, isa)
     whole_vectors = VectorIsa(isa, dtype).lanes % rows == 0  # rows of a step fill a vector
-    assert ("i32gather" in source) == (edge_rows == 0 and whole_vectors)
+    assert ("_row1 =" in source) == (edge_rows == 0 and whole_vectors)
     agrees_with_interpreter(packed, isa, source=source)
 
 
@@ -190,7 +190,7 @@ def _with_rows_apart(program: LoopProgram, row_bytes: int, dtype: str) -> LoopPr
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "scalar"])
 def test_packed_rows_keep_nan_inf_and_signed_zeros_as_numpy(isa: str) -> None:
-    """The rows panel and its gathered copy carry special values through: NaN and ±inf where
+    """The rows panel and its transposed copy carry special values through: NaN and ±inf where
     numpy's product has them, finite values within tolerance of float64."""
     program = _with_rows_apart(tiled_matmul(16, 32, 32, ti=8, tk=16, tj=16), L1_SET_SPAN, "float32")
     packed = pack_panels(program)

@@ -19,6 +19,7 @@ drawn log-uniform, each shape's ratio, and the geometric mean and the worst agai
 
     python -m eqsat bench [--only elementwise,softmax,calibration:matmul] [--quick]
                           [--repeats N] [--json PATH] [--sweep [N]] [--seed S]
+                          [--isa avx512|avx2|scalar]
 """
 
 from __future__ import annotations
@@ -39,7 +40,14 @@ import numpy as np
 import eqsat
 from eqsat.backend_c.calibrate import calibrated_host
 from eqsat.core.measure import interleaved_medians
-from eqsat.extract.machine import Calibration, Machine, cpu_model
+from eqsat.extract.machine import (
+    ISA_LEVELS,
+    Calibration,
+    Machine,
+    best_isa,
+    cpu_flags,
+    cpu_model,
+)
 from eqsat.tools import model_check, sweep
 from eqsat.tools.whole_programs import whole_programs
 from eqsat.tools.workloads import (
@@ -255,11 +263,25 @@ def _header(machine: Machine, repeats: int) -> list[str]:
         f"threads: eqsat = OpenMP on the loops it marks parallel ({omp_threads(machine)} "
         "threads; column thr: 1 when no loop is parallel)",
         f"         numpy = ufuncs on 1 thread, matmul in OpenBLAS with {blas_threads} threads "
-        f"(all cores unless set); numexpr = {numexpr_threads}",
+        f"(all cores unless set), OpenBLAS kernel {_openblas_kernel()}; "
+        f"numexpr = {numexpr_threads}",
         "measured peaks " + _calibration_summary(calibration),
         "peak = eqsat's achieved flop/s over peak flops, or bytes of inputs + outputs per "
         "second over DRAM bandwidth, at eqsat's thread count",
     ]
+
+
+def _openblas_kernel() -> str:
+    """The core type of the kernels numpy's OpenBLAS runs (threadpoolctl's report where it is
+    installed, else what OPENBLAS_CORETYPE asks for)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return os.environ.get("OPENBLAS_CORETYPE", "of OpenBLAS's choice")
+    kernels = {
+        str(i.get("architecture")) for i in threadpool_info() if i.get("internal_api") == "openblas"
+    }
+    return ", ".join(sorted(kernels)) or "unknown (numpy is not on OpenBLAS)"
 
 
 def _calibration_summary(calibration: Calibration) -> str:
@@ -332,6 +354,12 @@ def _parse(argv: Sequence[str], names: Sequence[str]) -> argparse.Namespace:
         "elementwise (--only selects families too)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the sweep's shapes")
+    parser.add_argument(
+        "--isa",
+        choices=ISA_LEVELS,
+        help="measure as on a host of this ISA level: eqsat capped at it (EQSAT_MAX_ISA), numpy "
+        "on the OpenBLAS kernel such a host runs (python -m eqsat bench sets both)",
+    )
     options = parser.parse_args(argv)
     unknown = set((options.only or "").split(",")) - set(names) - {""}
     if unknown:
@@ -340,6 +368,8 @@ def _parse(argv: Sequence[str], names: Sequence[str]) -> argparse.Namespace:
         parser.error("--repeats must be at least 1")
     if options.sweep < 0:
         parser.error("--sweep takes a positive number of shapes")
+    if options.isa and ISA_LEVELS.index(options.isa) < ISA_LEVELS.index(best_isa(cpu_flags())):
+        parser.error(f"--isa {options.isa}: this CPU does not run it")
     return options
 
 
@@ -374,6 +404,8 @@ def main(argv: Sequence[str], machine: Machine | None = None) -> int:
         for workload in model_check.workloads(options.quick)
         if {"calibration", f"calibration:{workload.name}"} & chosen
     ]
+    if options.isa:  # `python -m eqsat bench --isa` set it already, with numpy's kernel
+        os.environ["EQSAT_MAX_ISA"] = options.isa
     machine = machine or calibrated_host()
     header = [*_header(machine, options.repeats), warm_start()]
     print("\n".join(header), flush=True)
