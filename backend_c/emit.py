@@ -36,6 +36,7 @@ from eqsat.core.loops import (
     register_tile,
     split_tile,
     streamed_store,
+    transposed_loads,
     trip_runs,
     trips_here,
     unit_stride_axes,
@@ -110,6 +111,10 @@ class _Emitter:
         self.isa = isa
         self.scope: list[Term] = []
         self.fixed: dict[Term, str] = {}  # axes of unrolled loops -> their value in this copy
+        # In a transposed block (`transposed_blocks_loop`): (load, row of the block) -> the
+        # vector register holding that load's values along the inner axis, and the row emitted.
+        self.registers: dict[tuple[Term, int], str] = {}
+        self.block_row: int | None = None
         self.math_ops: set[str] = set()  # ops of VECTOR_FUNCTIONS emitted (vmath's functions)
         self.uses_sign = False  # a scalar sign was emitted (it calls `isa.sign_helper`'s)
         self.uses_prod = False  # a horizontal product was emitted (`horizontal_helper("prod")`)
@@ -219,6 +224,8 @@ class _Emitter:
         a = s.args
         match s.op:
             case "Scalar.load":
+                if (s, self.block_row) in self.registers:  # a transposed block's column
+                    return self.registers[(s, self.block_row)]
                 element = self.element(str(a[0]), a[1])  # type: ignore[arg-type]
                 if access_kind(a[1], axis) == "uniform":  # type: ignore[arg-type]
                     return self.vector.broadcast(element)
@@ -296,6 +303,10 @@ class _Emitter:
         transpose = self.rows_transpose(axis, body) if kind.op == "LoopKind.serial" else None
         if transpose is not None:
             self.transposed_rows_loop(axis, body, transpose)
+            return
+        across = self.transposed_copy(axis, kind, body)
+        if across is not None:
+            self.transposed_blocks_loop(axis, body, across)
             return
         var, extent = axis_var(axis), self.trips_expr(axis)
         region = kind.op == "LoopKind.parallel" and not self.in_parallel
@@ -388,15 +399,7 @@ class _Emitter:
         for r, name in enumerate(names):
             address = f"&{source}" + (f" + {r * transpose.row_stride}" if r else "")
             self.line(f"const {vector.vtype} {name} = {vector.load(address)};")
-        for round_ in range(transpose.rows.bit_length() - 1):  # R is a power of two
-            # pair each vector with the one half the list away; the list keeps lane order
-            half, zipped = len(names) // 2, []
-            for j in range(half):
-                low, high = vector.zip(names[j], names[j + half])
-                zipped += [f"{var}_z{round_}_{2 * j}", f"{var}_z{round_}_{2 * j + 1}"]
-                self.line(f"const {vector.vtype} {zipped[-2]} = {low};")
-                self.line(f"const {vector.vtype} {zipped[-1]} = {high};")
-            names = zipped
+        names = self.zip_rounds(names, transpose.rows.bit_length() - 1, var)  # R: a power of 2
         for j, name in enumerate(names):
             self.line(vector.store(f"&{target}" + (f" + {j * lanes}" if j else ""), name))
         self.depth -= 1
@@ -406,6 +409,104 @@ class _Emitter:
         self.line("}")
         self.depth -= 1
         self.line("}")
+
+    def transposed_copy(self, axis: Term, kind: Term, body: Term) -> list[Term] | None:
+        """The transposed loads of a serial `for axis: for inner: store` copy that runs in
+        blocks of lanes x lanes (`eqsat.core.loops.transposed_loads`), or None."""
+        if self.vector is None or kind.op != "LoopKind.serial" or body.op != "Stmt.loop":
+            return None
+        inner, inner_kind, store = body.args
+        assert isinstance(inner, Term) and isinstance(inner_kind, Term) and isinstance(store, Term)
+        if inner_kind.op not in ("LoopKind.serial", "LoopKind.vector"):
+            return None
+        return transposed_loads(axis, inner, store)
+
+    def transposed_blocks_loop(self, outer: Term, body: Term, loads: list[Term]) -> None:
+        """`transposed_copy`'s nest: for each block of lanes values of `outer` and of the inner
+        axis, one vector along `outer` from each of the block's rows of every transposed load,
+        transposed in log2(lanes) rounds of `VectorIsa.zip`; then a vector store along the inner
+        axis for each `outer` value, the transposed loads read from registers. The values of
+        either axis left after whole blocks run the plain loops."""
+        vector = self.vector
+        assert vector is not None
+        inner, _, store = body.args
+        assert isinstance(inner, Term) and isinstance(store, Term)
+        lanes = vector.lanes
+        a, b = axis_var(outer), axis_var(inner)
+        a_extent, b_extent = self.trips_expr(outer), self.trips_expr(inner)
+        self.line("{")
+        self.depth += 1
+        self.line(f"int64_t {a} = 0;")
+        self.line(f"for (; {a} + {lanes} <= {a_extent}; {a} += {lanes}) {{")
+        self.depth += 1
+        self.scope.append(outer)
+        self.line(f"int64_t {b} = 0;")
+        self.line(f"for (; {b} + {lanes} <= {b_extent}; {b} += {lanes}) {{")
+        self.depth += 1
+        self.scope.append(inner)
+        for number, load in enumerate(loads):
+            rows = [f"{b}_t{number}_row{j}" for j in range(lanes)]
+            first = self.element(str(load.args[0]), load.args[1])  # type: ignore[arg-type]
+            stride = self.row_stride(load, inner)
+            for j, name in enumerate(rows):
+                address = f"&{first}" + (f" + {j * stride}" if j else "")
+                self.line(f"const {vector.vtype} {name} = {vector.load(address)};")
+            columns = self.zip_rounds(rows, lanes.bit_length() - 1, f"{b}_t{number}")
+            for i, name in enumerate(columns):
+                self.registers[(load, i)] = name
+        for i in range(lanes):
+            self.fixed[outer] = f"({a} + {i})"
+            self.block_row = i
+            value = self.vector_scalar(store.args[2], inner, None)  # type: ignore[arg-type]
+            target = self.element(str(store.args[0]), store.args[1])  # type: ignore[arg-type]
+            self.line(vector.store(f"&{target}", value))
+        del self.fixed[outer]
+        self.block_row = None
+        self.registers.clear()
+        self.scope.pop()
+        self.depth -= 1
+        self.line("}")
+        self.line(f"for (; {b} < {b_extent}; ++{b}) {{")
+        self.depth += 1
+        self.line(f"for (int64_t {a}_in = 0; {a}_in < {lanes}; ++{a}_in) {{")
+        self.fixed[outer] = f"({a} + {a}_in)"
+        self.nested(inner, store)
+        del self.fixed[outer]
+        self.line("}")
+        self.depth -= 1
+        self.line("}")
+        self.scope.pop()
+        self.depth -= 1
+        self.line("}")
+        self.line(f"for (; {a} < {a_extent}; ++{a}) {{")
+        self.nested(outer, body)
+        self.line("}")
+        self.depth -= 1
+        self.line("}")
+
+    def row_stride(self, load: Term, axis: Term) -> int:
+        """Elements between `load`'s elements at consecutive values of `axis`, which it moves
+        with through one plain unit-stride index (`eqsat.core.loops.transposed_loads`)."""
+        buffer = str(load.args[0])
+        items = index_items(load.args[1])  # type: ignore[arg-type]
+        moving = next(d for d, item in enumerate(items) if moves_with(item, axis))
+        return math.prod(self.shapes[buffer][moving + 1 :])
+
+    def zip_rounds(self, names: list[str], rounds: int, prefix: str) -> list[str]:
+        """Vectors `names` (rows) interleaved lane by lane in `rounds` rounds of `VectorIsa.zip`,
+        each pairing a vector with the one half the list away (the list keeps lane order): the
+        new vectors' names."""
+        vector = self.vector
+        assert vector is not None
+        for number in range(rounds):
+            half, zipped = len(names) // 2, []
+            for j in range(half):
+                low, high = vector.zip(names[j], names[j + half])
+                zipped += [f"{prefix}_z{number}_{2 * j}", f"{prefix}_z{number}_{2 * j + 1}"]
+                self.line(f"const {vector.vtype} {zipped[-2]} = {low};")
+                self.line(f"const {vector.vtype} {zipped[-1]} = {high};")
+            names = zipped
+        return names
 
     @property
     def in_parallel(self) -> bool:

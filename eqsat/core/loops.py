@@ -161,6 +161,41 @@ def vectorizable(axis: Term, body: Term) -> bool:
     return access_kind(target, axis) == "contiguous" or horizontal(axis, body)
 
 
+def transposed_loads(outer: Term, inner: Term, body: Term) -> list[Term] | None:
+    """The loads a `for outer: for inner: body` copy reads across its rows, when the nest runs
+    as blocks of lanes x lanes (`backend_c.emit`: a vector loaded along `outer` from each of
+    `lanes` rows, transposed in registers, then `lanes` vector steps along `inner`); else None.
+    It requires: `body` is a store contiguous along `inner` whose value has vector ops along
+    `inner` and does not read its own buffer; at least one load moves with `inner` by one
+    plain unit-stride index and is contiguous along `outer` (the transposed loads); every other
+    load is uniform or contiguous along `inner`."""
+    if base_axis(outer) is None or base_axis(inner) is None or body.op != "Stmt.store":
+        return None
+    buffer, target, value = body.args
+    assert isinstance(target, Term) and isinstance(value, Term)
+    if access_kind(target, inner) != "contiguous" or not _vector_ops_ok(value, inner):
+        return None
+    transposed = []
+    for load in loads_in(value):
+        index = load.args[1]
+        assert isinstance(index, Term)
+        if load.args[0] == buffer:
+            return None
+        if access_kind(index, inner) is not None:
+            continue
+        moving = [item for item in index_items(index) if moves_with(item, inner)]
+        if (
+            access_kind(index, outer) != "contiguous"
+            or len(moving) != 1
+            or moving[0].op != "Index.axis"
+            or moving[0].args[0] not in unit_stride_axes(inner)
+        ):
+            return None
+        if load not in transposed:
+            transposed.append(load)
+    return transposed or None
+
+
 def horizontal(axis: Term, body: Term) -> bool:
     """True when a vector loop over `axis` around `body` is a horizontal reduction: an
     accumulate into one element that does not move along the loop. The emitter keeps its
