@@ -3,7 +3,8 @@
 The guards keep annotations to loops where they are legal and can pay off:
 - Vector(w): an innermost loop (its body is one store or accumulate) over a named axis or the
   inner half of a split of one (unit stride); a store must write contiguously along the loop (its
-  last index is the loop's axis), so a strided store is refused. The emitter re-checks the loads
+  last index is the loop's axis, maybe after another axis's multiple: `h*64 + d`), so a strided
+  store is refused. The emitter re-checks the loads
   and keeps the loop scalar where it cannot vectorize them.
 - Parallel: a loop outside every other loop (OpenMP regions do not nest, and each costs a
   thread-team start) whose iterations are independent (analysis.independent): no two touch the
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from egglog import Ruleset, String, eq, i64, relation, rule, ruleset
+from egglog import Ruleset, String, eq, i64, ne, relation, rule, ruleset
 from egglog.egraph import FactLike, RewriteOrRule
 
 from eqsat.core.terms import Axis, Index, IndexList, LoopKind, Scalar, Stmt
@@ -41,11 +42,20 @@ straight = relation("straight", Stmt)  # one store or accumulate, maybe in vecto
 
 
 def _ends_with_rules(
-    ix: IndexList, head: Index, rest: IndexList, axis: Axis
+    ix: IndexList, head: Index, rest: IndexList, axis: Axis, other: Axis, other_base: Axis, n: i64
 ) -> Iterable[RewriteOrRule]:
     # ends_with(cons(plain axis, nil), axis)
     yield rule(
         eq(ix).to(IndexList.cons(Index.axis(axis), IndexList.nil())), name="ends-with-last"
+    ).then(ends_with(ix, axis))
+    # ... and of cons(other * n + axis, nil) for an axis of another named axis: a head merge's
+    # store [s, h*64 + d] walks d contiguously
+    offset_last = Index.add(Index.scale(Index.axis(other), n), Index.axis(axis))
+    yield rule(
+        eq(ix).to(IndexList.cons(offset_last, IndexList.nil())),
+        base_of(other, other_base),
+        ne(other_base).to(axis),
+        name="ends-with-offset-last",
     ).then(ends_with(ix, axis))
     # ends_with(rest, axis) gives ends_with(cons(head, rest), axis)
     yield rule(

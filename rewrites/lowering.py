@@ -194,8 +194,7 @@ class _Lowering:
         if buffer is None:
             buffer = f"t{len(self.temporaries)}"
             self.temporaries.append((buffer, out_shape))
-        out_axes = [axis(f"i{d}", n) for d, n in enumerate(out_shape)]
-        out_idx = [index_of(x) for x in out_axes]
+        out_axes, out_idx = self.output_axes(t)
         target = index_list(out_idx)
         if t in self.buffer_of:
             copy = load(self.buffer_of[t], out_idx)
@@ -216,6 +215,39 @@ class _Lowering:
             self.statements.append(nest(out_axes, Term("Stmt.store", (buffer, target, value))))
         self.buffer_of.setdefault(t, buffer)
         return buffer
+
+    def output_axes(self, t: Term) -> tuple[list[Term], list[Term]]:
+        """The loop axes of the nest that stores `t`, and the index of each of its dimensions:
+        one axis a dimension, except that a dimension a reshape merges from several (a head
+        merge's 768 from 12 x 64) gets an axis for each, its index their affine combination,
+        so the reshape's source is read along its own axes (`_group_index`)."""
+        out_shape = self.shape(t)
+        merges: dict[int, list[int]] = {}
+        if t.op == "TExpr.reshape":
+            source_shape = self.shape(t.args[0])  # type: ignore[arg-type]
+            for source_dims, dims in _groups(source_shape, out_shape):
+                factors = [source_shape[d] for d in source_dims if source_shape[d] != 1]
+                if len(dims) == 1 and len(factors) > 1:
+                    merges[dims[0]] = factors
+        axes: list[Term] = []
+        indices: list[Term] = []
+        for d, n in enumerate(out_shape):
+            if d not in merges:
+                axes.append(axis(f"i{d}", n))
+                indices.append(index_of(axes[-1]))
+                continue
+            merged: Term | None = None
+            for j, factor in enumerate(merges[d]):
+                axes.append(axis(f"i{d}{chr(ord('a') + j)}", factor))
+                step = index_of(axes[-1])
+                merged = (
+                    step
+                    if merged is None
+                    else Term("Index.add", (Term("Index.scale", (merged, factor)), step))
+                )
+            assert merged is not None
+            indices.append(merged)
+        return axes, indices
 
     def concatenate(self, t: Term, buffer: str) -> None:
         """One nest per part of concat `t` (nested concats along its axis, used nowhere else,
@@ -328,7 +360,10 @@ def _groups(source_shape: Sequence[int], shape: Sequence[int]) -> list[tuple[ran
 def _group_index(
     source_dims: Sequence[int], idx: Sequence[Term], dims: Sequence[int]
 ) -> list[Term]:
-    """The indices into `source_dims` of element `idx` of `dims`, one group of `_groups`."""
+    """The indices into `source_dims` of element `idx` of `dims`, one group of `_groups`. A
+    digit of the flat index that its axes' extents decide without carries is their affine
+    combination (`_digit`): a head merge written over the heads' own axes, `[s, h*64 + d]`,
+    reads `[h, s, d]`, not a div and a mod."""
     if [n for n in source_dims if n != 1] == [n for n in dims if n != 1]:
         # Only size-1 dimensions differ: an index mapping without arithmetic.
         kept_idx = iter(i for i, n in zip(idx, dims, strict=True) if n != 1)
@@ -343,12 +378,57 @@ def _group_index(
     result = []
     stride = 1
     for d in reversed(range(len(source_dims))):
-        digit = flat if stride == 1 else Term("Index.div", (flat, stride))
-        if d > 0:
-            digit = Term("Index.mod", (digit, source_dims[d]))
+        extent = source_dims[d] if d > 0 else None
+        digit = _digit(flat, stride, extent)
+        if digit is None:
+            digit = flat if stride == 1 else Term("Index.div", (flat, stride))
+            if extent is not None:
+                digit = Term("Index.mod", (digit, extent))
         result.append(digit)
         stride *= source_dims[d]
     return result[::-1]
+
+
+def _affine_terms(index: Term) -> list[tuple[Term, int]] | None:
+    """`index` as a sum of (named axis index, coefficient), or None if it is not one."""
+    match index.op:
+        case "Index.axis" if index.args[0].op == "Axis.named":  # type: ignore[union-attr]
+            return [(index, 1)]
+        case "Index.scale":
+            inner = _affine_terms(index.args[0])  # type: ignore[arg-type]
+            factor = int(index.args[1])  # type: ignore[arg-type]
+            return None if inner is None else [(t, c * factor) for t, c in inner]
+        case "Index.add":
+            left, right = (_affine_terms(a) for a in index.args)  # type: ignore[arg-type]
+            return None if left is None or right is None else left + right
+    return None
+
+
+def _digit(flat: Term, stride: int, extent: int | None) -> Term | None:
+    """`(flat // stride) % extent` (no mod when `extent` is None) as an affine index of the axes
+    of `flat`, where their extents make it one: the terms below `stride` never reach it, the
+    terms of the digit never reach `extent`, and every other coefficient is a multiple of
+    `stride` (resp. `stride * extent`); else None."""
+    terms = _affine_terms(flat)
+    if terms is None:
+        return None
+    low = sum(c * (int(t.args[0].args[1]) - 1) for t, c in terms if c < stride)  # type: ignore[union-attr]
+    if low >= stride:
+        return None
+    top = None if extent is None else stride * extent
+    digit = [(t, c // stride) for t, c in terms if c >= stride and (top is None or c < top)]
+    if any(c % stride for t, c in terms if c >= stride):
+        return None
+    if top is not None:
+        if any(c % top for t, c in terms if c >= top):
+            return None
+        if sum(c * (int(t.args[0].args[1]) - 1) for t, c in digit) >= extent:  # type: ignore[union-attr, operator]
+            return None
+    result: Term | None = None
+    for t, c in reversed(digit):
+        term = t if c == 1 else Term("Index.scale", (t, c))
+        result = term if result is None else Term("Index.add", (term, result))
+    return result or const_index(0)
 
 
 def _moves_last_dimension(t: Term) -> bool:

@@ -8,6 +8,7 @@ fully saturated e-graph (every rule at once) must all agree with the interpreter
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -375,6 +376,50 @@ def test_a_reshapes_index_is_numpys_and_splits_into_groups(
         at = dict(zip(idx, element, strict=True))
         want = np.unravel_index(np.ravel_multi_index(element, shape), source) if source else ()
         assert tuple(_index_value(i, at) for i in got) == tuple(int(w) for w in want)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from([1, 2, 3, 4, 6]), min_size=1, max_size=4), st.data())
+def test_a_reshapes_index_of_merged_axes_is_numpys_without_needless_division(
+    source: list[int], data: st.DataObject
+) -> None:
+    """Each dimension of the reshape indexed by an affine combination of axes of its factors
+    (as `lowering` loops over a merged dimension, `h*64 + d`): `reshape_index` reads the
+    element numpy does, and where the axes are the source's own dimensions, plainly."""
+    shape = [math.prod(source)] if data.draw(st.booleans()) else list(source)
+    idx, axes = [], []
+    for d, n in enumerate(shape):
+        factors = source if len(shape) == 1 and len(source) > 1 else [n]
+        pieces = [lowering.axis(f"d{d}{j}", f) for j, f in enumerate(factors)]
+        axes += pieces
+        merged = lowering.index_of(pieces[0])
+        for piece, factor in zip(pieces[1:], factors[1:], strict=True):
+            scaled = Term("Index.scale", (merged, factor))
+            merged = Term("Index.add", (scaled, lowering.index_of(piece)))
+        idx.append(merged)
+    got = reshape_index(source, shape, idx)
+    for values in np.ndindex(*(int(a.args[1]) for a in axes)):
+        at = dict(zip((lowering.index_of(a) for a in axes), values, strict=True))
+        element = tuple(_index_value(i, at) for i in idx)
+        want = np.unravel_index(np.ravel_multi_index(element, shape), source)
+        assert tuple(_index_value(i, at) for i in got) == tuple(int(w) for w in want)
+    if len(shape) == 1 and len(source) > 1:
+        assert all(i.op not in ("Index.div", "Index.mod") for i in got)
+
+
+def test_a_head_merge_is_stored_along_the_heads_own_axes_and_vectorized() -> None:
+    """(12, 512, 64) -> (512, 768) as a matmul operand: its buffer is filled over axes h and d,
+    reading `t[h, s, d]` and storing `[s, h*64 + d]`, a vector loop along d."""
+    heads = eqsat.tensor("x", (12, 512, 64))
+    w = eqsat.tensor("w", (768, 32))
+    program = lowered(eqsat.transpose(eqsat.exp(heads), (1, 0, 2)).reshape((512, 768)) @ w)
+    text = format_loops(program.body)
+    assert "t0[i0, i1a*64 + i1b] = exp(in0[i1a, i0, i1b])" in text
+    assert "//" not in text and "%" not in text
+    kernel = eqsat.compile(
+        eqsat.transpose(eqsat.exp(heads), (1, 0, 2)).reshape((512, 768)) @ w, progress=False
+    )
+    assert re.search(r"for i1b in 0\.\.64 vector", kernel.explain())
 
 
 def test_a_head_split_reads_its_source_without_division() -> None:
