@@ -31,7 +31,14 @@ from eqsat.core.limits import SaturationReport
 # Bump when an entry's layout changes.
 ENTRY_VERSION = 2
 # The packages whose code decides a kernel (each one's own folder, not its subpackages).
-DECIDING_PACKAGES = ("eqsat", "eqsat.core", "eqsat.extract", "eqsat.rewrites", "eqsat.backend_c")
+DECIDING_PACKAGES = (
+    "eqsat",
+    "eqsat.core",
+    "eqsat.frontend",
+    "eqsat.extract",
+    "eqsat.rewrites",
+    "eqsat.backend_c",
+)
 
 
 @dataclass(frozen=True)

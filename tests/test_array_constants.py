@@ -17,7 +17,7 @@ import eqsat
 from eqsat.core.array_constants import Pattern, pattern
 from eqsat.core.interp import evaluate
 from eqsat.core.terms import to_term
-from eqsat.frontend import _array_constant
+from eqsat.frontend.elementwise import _array_constant
 
 DTYPES = ("bool", "int32", "int64", "float32", "float64")
 

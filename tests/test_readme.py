@@ -22,7 +22,7 @@ def test_the_first_example_runs_as_pasted() -> None:
 
 
 def test_the_supported_numpy_table_is_the_one_the_code_makes() -> None:
-    from eqsat.frontend import supported_numpy_table
+    from eqsat.frontend.numpy_protocol import supported_numpy_table
 
     block = re.search(
         r"<!-- supported-numpy: start -->\n(.*?)\n<!-- supported-numpy: end -->",

@@ -87,7 +87,7 @@ def result_dtype(what: str, function: Callable[..., Any], *operands: str | float
 def overflow(what: str, dtype: str, values: IntegerRange) -> str:
     """How a result of integer or bool `dtype` whose values may reach `values` is held:
     "exact" (they fit the dtype), "wrap" (numpy wraps them around: they are computed exactly,
-    then wrapped, `frontend._wrapped`), "clamp" (bools: True + True is True). An
+    then wrapped, `frontend.derived._wrapped`), "clamp" (bools: True + True is True). An
     UnsupportedError naming `what` when they could exceed 2**53 (no float holds them exactly)
     or a 64-bit dtype (whose wraparound is beyond 2**53 too)."""
     limits = dtype_range(dtype)
