@@ -12,7 +12,7 @@ import eqsat
 from eqsat.core.loops import top_allocations, top_statements
 from eqsat.core.terms import Term, to_term
 from eqsat.rewrites.lowering import lower
-from eqsat.rewrites.partition import joined, parts
+from eqsat.rewrites.partition import _initializes, _is_product, joined, parts
 from eqsat.tools.whole_programs import attention_heads
 from tests.programs import SMALL_DIMS, Program, programs
 
@@ -45,6 +45,26 @@ def test_a_row_wise_program_is_one_part_attention_over_its_rows_too() -> None:
     for piece in pieces:  # each part allocates only the temporaries it touches
         allocations, statements = top_allocations(piece)
         assert all(name in repr(statements) for name, _ in allocations)
+
+
+def test_a_run_of_three_products_gets_one_part_each_with_its_initialization() -> None:
+    """A SwiGLU MLP's products over the same rows: three parts, each starting with its
+    product's zeroing (or its prologue, for the first) and holding one product; a run of two
+    products (attention over its rows, above) stays one part."""
+    x, g = eqsat.tensor("x", (64, 32)), eqsat.tensor("g", (32,))
+    w1, w3, w2 = (
+        eqsat.tensor(n, s) for n, s in (("w1", (32, 96)), ("w3", (32, 96)), ("w2", (96, 32)))
+    )
+    h = x / eqsat.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-6) * g
+    pieces = parts(lowered((eqsat.sigmoid(h @ w1) * (h @ w3)) @ w2))
+    assert len(pieces) == 3
+    for number, piece in enumerate(pieces):
+        statements = top_statements(top_allocations(piece)[1])
+        assert sum(_is_product(s) for s in statements) == 1
+        if number:  # a later part starts with its product's zeroing
+            assert _initializes(statements[0], statements[1]) and _is_product(statements[1])
+    two = parts(lowered((h @ w1) @ w2))
+    assert len(two) == 1
 
 
 def test_a_partitioned_program_compiles_to_numpys_result() -> None:
