@@ -1,7 +1,9 @@
 """One table drives vector emission: intrinsic spellings per ISA level and element type.
 
 `VectorIsa.op(name, *args)` spells an operation; the emitter never names an intrinsic itself.
-AVX-512 handles loop tails with masks; AVX2 finishes a loop with a scalar remainder.
+AVX-512 handles loop tails with masks; AVX2 finishes a loop with a scalar remainder. Both load
+and store a register tile's partial vector under a lane mask (AVX2: an integer vector whose
+lanes' sign bits are the mask, for maskload and maskstore).
 
 max and min are numpy's `maximum` and `minimum` (a NaN in either operand is the result) at every
 level: C's fmax and the vector max instructions return the other operand when one is NaN, so
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eqsat.core.loops import MASKED_ISAS
+from eqsat.core.loops import MASKED_ISAS, MASKED_TILE_ISAS
 
 GCC_FLAGS = {
     "avx512": ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma"),
@@ -81,21 +83,31 @@ class VectorIsa:
         return f"__m{width}" + ("" if self.dtype == "float32" else "d")
 
     @property
+    def masked_tile(self) -> bool:
+        """A register tile's partial vector is loaded and stored under a mask (`tail_mask`)."""
+        return self.name in MASKED_TILE_ISAS
+
+    @property
     def mask_type(self) -> str:
-        return f"__mmask{self.lanes}" if self.masked_tail else self.vtype
+        return f"__mmask{self.lanes}" if self.masked_tail else "__m256i"
 
     def _fn(self, stem: str) -> str:
         prefix = "_mm512_" if self.name == "avx512" else "_mm256_"
         return f"{prefix}{stem}_{'ps' if self.dtype == 'float32' else 'pd'}"
 
     def load(self, pointer: str, mask: str | None = None) -> str:
+        """A vector from `pointer`; under `mask`, lanes outside it read nothing and are 0."""
         if mask is None:
             return f"{self._fn('loadu')}({pointer})"
+        if not self.masked_tail:
+            return f"{self._fn('maskload')}({pointer}, {mask})"
         return f"{self._fn('maskz_loadu')}({mask}, {pointer})"
 
     def store(self, pointer: str, value: str, mask: str | None = None) -> str:
         if mask is None:
             return f"{self._fn('storeu')}({pointer}, {value});"
+        if not self.masked_tail:
+            return f"{self._fn('maskstore')}({pointer}, {mask}, {value});"
         return f"{self._fn('mask_storeu')}({pointer}, {mask}, {value});"
 
     def stream(self, pointer: str, value: str) -> str:
@@ -134,8 +146,13 @@ class VectorIsa:
         return self.binary("add", self.broadcast(first), f"{self._fn('setr')}({steps})")
 
     def tail_mask(self, count: str) -> str:
-        """Mask with the low `count` lanes set (AVX-512 only), 0 < count < lanes."""
-        return f"(({self.mask_type})((1u << ({count})) - 1u))"
+        """Mask with the low `count` lanes set, 0 <= count <= lanes (of `mask_type`)."""
+        if self.masked_tail:
+            return f"(({self.mask_type})((1u << ({count})) - 1u))"
+        lanes = ", ".join(map(str, range(self.lanes)))
+        if self.dtype == "float32":
+            return f"_mm256_cmpgt_epi32(_mm256_set1_epi32({count}), _mm256_setr_epi32({lanes}))"
+        return f"_mm256_cmpgt_epi64(_mm256_set1_epi64x({count}), _mm256_setr_epi64x({lanes}))"
 
     def unary(self, op: str, x: str) -> str:
         zero = self.broadcast("0")
@@ -191,9 +208,17 @@ class VectorIsa:
             stem = "add" if op == "sum" else "mul"
             if mask is None:
                 return f"{self._fn(stem)}({acc}, {value})"
-            return f"{self._fn('mask_' + stem)}({acc}, {mask}, {acc}, {value})"
-        combined = self.binary("max", value, acc)
-        return combined if mask is None else f"{self._fn('mask_mov')}({acc}, {mask}, {combined})"
+            if self.masked_tail:
+                return f"{self._fn('mask_' + stem)}({acc}, {mask}, {acc}, {value})"
+            combined = f"{self._fn(stem)}({acc}, {value})"
+        else:
+            combined = self.binary("max", value, acc)
+        if mask is None:
+            return combined
+        if self.masked_tail:
+            return f"{self._fn('mask_mov')}({acc}, {mask}, {combined})"
+        cast = "_mm256_castsi256_ps" if self.dtype == "float32" else "_mm256_castsi256_pd"
+        return f"{self._fn('blendv')}({acc}, {combined}, {cast}({mask}))"
 
     def fmadd(self, a: str, b: str, c: str) -> str:
         """a * b + c with one rounding (every vector ISA level here has FMA)."""

@@ -65,7 +65,7 @@ def test_register_tiled_matmul_with_remainders_in_every_axis(
     isa: str, m: int, k: int, n: int, ti: int, tk: int, vectors: int, packed: bool
 ) -> None:
     """Row tiles, depth blocks and column tiles that do not divide their extents: edge tiles
-    run as plain loops or, on AVX-512, with lane masks; packed panels hold edge blocks."""
+    run with lane masks (plain loops on the scalar level); packed panels hold edge blocks."""
     program = tiled_matmul(m, k, n, ti=ti, tk=tk, tj=8 * vectors)
     agrees_with_interpreter(pack_panels(program) if packed else program, isa)
 
@@ -76,8 +76,10 @@ def test_two_level_split_with_remainders(isa: str) -> None:
     pieces of 4, 4, 4, 4 and 4, 1."""
     a, b = named("i0", 37), named("i1", 3)
     block = inner(a, 16)
-    value = Term("Scalar.binary", ("mul", Term("Scalar.load", ("in0", at(a, b))), Term(
-        "Scalar.const", (2.0,))))
+    value = Term(
+        "Scalar.binary",
+        ("mul", Term("Scalar.load", ("in0", at(a, b))), Term("Scalar.const", (2.0,))),
+    )
     body = nest(
         [
             (outer(a, 16), "parallel", ()),
@@ -90,12 +92,19 @@ def test_two_level_split_with_remainders(isa: str) -> None:
     agrees_with_interpreter(LoopProgram(body, (("x", (37, 3)),), ((37, 3),), "float32"), isa)
 
 
-def test_an_edge_column_tile_is_masked_not_run_as_plain_loops_on_avx512() -> None:
-    program = tiled_matmul(16, 8, 40, ti=4, tk=8, tj=32)  # column tiles of 32, then 8
-    source = emit(program, "avx512", "eqsat_kernel")
-    assert "lanes0" in source and "? 16 :" in source  # lane masks computed at run time
+@pytest.mark.parametrize(
+    ("isa", "lanes", "store"), [("avx512", 16, "mask_storeu"), ("avx2", 8, "maskstore")]
+)
+def test_an_edge_column_tile_is_masked_not_run_as_plain_loops(
+    isa: str, lanes: int, store: str
+) -> None:
+    # column tiles of 2 vectors, then half a vector (40 columns on AVX-512, 20 on AVX2)
+    program = tiled_matmul(16, 8, 2 * lanes + lanes // 2, ti=4, tk=8, tj=2 * lanes)
+    source = emit(program, isa, "eqsat_kernel")
+    assert "lanes0" in source and f"? {lanes} :" in source  # lane masks computed at run time
+    assert store in source
     assert "} else {" not in source  # no plain-loop fallback: every row tile is whole
-    agrees_with_interpreter(program, "avx512")
+    agrees_with_interpreter(program, isa)
 
 
 def test_an_edge_row_tile_is_a_register_tile_of_its_own() -> None:
@@ -131,10 +140,12 @@ PROGRAMS = {  # name: (shapes, program, float64 reference), extents no tile divi
     "layernorm": (
         {"x": (33, 299), "w": (299,), "b": (299,)},
         lambda x, w, b: eqsat.layernorm(x, w, b),
-        lambda x, w, b: (x - x.mean(1, keepdims=True))
-        / np.sqrt(((x - x.mean(1, keepdims=True)) ** 2).mean(1, keepdims=True) + 1e-5)
-        * w
-        + b,
+        lambda x, w, b: (
+            (x - x.mean(1, keepdims=True))
+            / np.sqrt(((x - x.mean(1, keepdims=True)) ** 2).mean(1, keepdims=True) + 1e-5)
+            * w
+            + b
+        ),
     ),
     "attention": (
         {"q": (37, 20), "k": (41, 20), "v": (41, 9)},
