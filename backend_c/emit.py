@@ -581,12 +581,16 @@ class _Emitter:
         registers before the loop, updated in it, and stored after it
         (eqsat.core.loops.RegisterTile). Where a loop outside the tile clips a tile axis to its
         extent (`tile_edges`), one variant of the tile is emitted for each number of iterations
-        the axis can have, chosen at run time (where tiles take masks, `VectorIsa.masked_tile`,
-        masks clip the vector axis instead). A variant with a partial vector on an ISA without
-        them runs the plain loops."""
+        the axis can have, chosen at run time (on AVX-512, masks computed at run time clip the
+        vector axis instead). A variant's partial vector is masked (`VectorIsa.masked_tile`);
+        on an ISA without masks the variant runs the plain loops."""
         assert self.vector is not None or tile.vector_axis is None
+        # AVX-512 clips the vector axis by masks computed at run time (cheap mask registers);
+        # AVX2 gets a variant per trip count, only a partial vector masked (a masked load of
+        # every operand vector of a whole tile made a 1024-cubed product 1.5x slower there)
+        runtime_masks = self.vector is not None and self.vector.masked_tail
         masks = self.vector is not None and self.vector.masked_tile
-        edges = [e for e in self.tile_edges(tile) if not (masks and e == tile.vector_axis)]
+        edges = [e for e in self.tile_edges(tile) if not (runtime_masks and e == tile.vector_axis)]
         choices = [sorted(trip_runs(edge), reverse=True) for edge in edges]  # full tiles first
         variants = [dict(zip(edges, trips, strict=True)) for trips in product(*choices)]
         for n, assumed in enumerate(variants):
