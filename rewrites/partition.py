@@ -5,9 +5,9 @@ splits and merges) reaches the node budget after one or two rounds, so every par
 nest than it gets alone. `parts` splits the lowered program (ARCHITECTURE §5d) into runs of
 consecutive statements whose outermost loop is over one axis, and a run of several products
 into one part per product: a product with its initialization, prologue and epilogue; a
-row-wise group (softmax's maximum, exponentials, sum and division); an elementwise group. A one-operation program, or single-head
-attention (its products and softmax all loop over the query rows first), is one part and is
-scheduled as before. `joined` puts the parts' chosen nests back together in order; row-block
+row-wise group (softmax's maximum, exponentials, sum and division); an elementwise group. A
+one-operation program, or single-head attention (its products and softmax all loop over the
+query rows first), is one part and is scheduled as before. `joined` puts the parts' chosen nests back together in order; row-block
 fusion (`eqsat.rewrites.row_blocks`) then fuses across parts where producer and consumer share
 rows.
 """
@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from eqsat.core.loops import allocated, buffers_accessed, top_allocations, top_statements
 from eqsat.core.term import Term
 from eqsat.rewrites.lowering import CONTRACTION, seq
-
 
 # A run of this many products or more is cut into one part per product. A transformer block's
 # run of six products reached the node budget in one e-graph and ran 1.33x faster cut, a SwiGLU
