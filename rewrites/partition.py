@@ -7,9 +7,9 @@ consecutive statements whose outermost loop is over one axis, and a run of sever
 into one part per product: a product with its initialization, prologue and epilogue; a
 row-wise group (softmax's maximum, exponentials, sum and division); an elementwise group. A
 one-operation program, or single-head attention (its products and softmax all loop over the
-query rows first), is one part and is scheduled as before. `joined` puts the parts' chosen nests back together in order; row-block
-fusion (`eqsat.rewrites.row_blocks`) then fuses across parts where producer and consumer share
-rows.
+query rows first), is one part and is scheduled as before. `joined` puts the parts' chosen
+nests back together in order; row-block fusion (`eqsat.rewrites.row_blocks`) then fuses across
+parts where producer and consumer share rows.
 """
 
 from __future__ import annotations
