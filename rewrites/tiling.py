@@ -97,12 +97,12 @@ def split_tile_identity(cache: int, tile: int) -> Identity:
 
 
 def tile_sizes(machine: Machine, dtype: str) -> TileSizes:
-    """Tiles for `machine`: a register tile of `rows` x (2 vectors), a cache tile T (a power of
-    two) such that a T-deep panel of register-tile columns fits L1 and a T x T block fits half of
-    L2 (ARCHITECTURE §5b: 6-8 rows x 32 columns, 256-deep blocks on this machine), and a depth
-    tile D < T for the contraction axis where the cost model would not keep a T-deep panel in
-    L1: D-deep rows of both operands of a register tile fit the part of L1 a footprint may
-    fill (CACHE_USE)."""
+    """Tiles for `machine`: a register tile of `rows` x (2 or 3 vectors: MIN_ACCUMULATORS), a
+    cache tile T (a power of two) such that T-deep panels of both register-tile operands fit L1
+    together and a T x T block fits half of L2 (ARCHITECTURE §5b: 8 rows x 32 columns, 256-deep
+    blocks on an AVX-512 machine with a 48 KiB L1), and a depth tile D < T for the contraction
+    axis where the cost model would not keep a T-deep panel in L1: D-deep rows of both
+    operands of a register tile fit the part of L1 a footprint may fill (CACHE_USE)."""
     lanes = machine.lanes(dtype)
     item = 4 if dtype == "float32" else 8
     budget = REGISTER_BUDGET[machine.isa]
@@ -111,7 +111,8 @@ def tile_sizes(machine: Machine, dtype: str) -> TileSizes:
     columns = vectors * lanes if lanes > 1 else 4
     cache = 512
     while cache > columns and (
-        cache * columns * item > machine.l1_bytes or cache * cache * item > machine.l2_bytes // 2
+        cache * (columns + rows) * item > machine.l1_bytes
+        or cache * cache * item > machine.l2_bytes // 2
     ):
         cache //= 2
     depth = cache

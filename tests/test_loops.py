@@ -104,6 +104,8 @@ def test_register_tile_keeps_enough_accumulators_within_the_registers(
     never more than the budget."""
     tiles = tile_sizes(AVX512.with_isa(isa), dtype)
     assert tiles.register == tuple(sorted({rows, columns}))
+    # T-deep panels of both operands fit the 48 KiB L1 together: 512 x (24 + 4) floats do not
+    assert tiles.cache == ((512,) if (isa, dtype) == ("scalar", "float32") else (256,))
     lanes = AVX512.with_isa(isa).lanes(dtype)
     if lanes > 1:
         assert rows * columns // lanes <= REGISTER_BUDGET[isa]
