@@ -49,7 +49,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from eqsat.core.loops import access_kind, axis_extent, loads_in, moves_with, statements_in
+from eqsat.core.loops import (
+    access_kind,
+    axis_extent,
+    depends_on,
+    loads_in,
+    moves_with,
+    statements_in,
+)
 from eqsat.core.terms import LoopProgram, Term, index_items, index_list
 from eqsat.rewrites.lowering import index_of, seq
 
@@ -85,6 +92,7 @@ class _Packer:
         if s.op == "Stmt.loop":
             for operand in _operands(s.args[2]):  # type: ignore[arg-type]
                 s = self.pack(s, operand) or s
+            s = _hoisted(s)
         return s
 
     def pack(self, loop: Term, operand: Term) -> Term | None:
@@ -146,6 +154,45 @@ class _Packer:
         while f"pk{self.count}" in self.shapes:
             self.count += 1
         return f"pk{self.count}"
+
+
+def _hoisted(loop: Term) -> Term:
+    """`for p: for l: alloc pk: [copy; rest]` as `for l: alloc pk: [copy; for p: rest]`, the
+    panel then copied once per l instead of once per (p, l), when p and l are serial, the copy
+    does not move with p, and every store or accumulate of `rest` into a buffer not allocated in
+    it writes elements that move with p (each element still takes its steps of l in order, so
+    the result is the same bit for bit); else `loop`. A product whose column blocks run
+    outside its depth blocks packed its rows panel once per column block
+    (docs/MEASUREMENTS.md)."""
+    outer_axis, outer_kind, inner = loop.args
+    assert isinstance(outer_axis, Term) and isinstance(outer_kind, Term) and isinstance(inner, Term)
+    serial = Term("LoopKind.serial", ())
+    if outer_kind != serial or inner.op != "Stmt.loop" or inner.args[1] != serial:
+        return loop
+    inner_axis, _, alloc = inner.args
+    assert isinstance(inner_axis, Term) and isinstance(alloc, Term)
+    if alloc.op != "Stmt.alloc" or not str(alloc.args[0]).startswith("pk"):
+        return loop
+    body = alloc.args[2]
+    assert isinstance(body, Term)
+    if body.op != "Stmt.seq":
+        return loop
+    copy, rest = body.args
+    assert isinstance(copy, Term) and isinstance(rest, Term)
+    indices = [s.args[1] for s in statements_in(copy) if s.op == "Stmt.store"]
+    indices += [load.args[1] for value in _values(copy) for load in loads_in(value)]
+    if any(depends_on(index, outer_axis) for index in indices):  # type: ignore[arg-type]
+        return loop
+    local = {s.args[0] for s in statements_in(rest) if s.op == "Stmt.alloc"}
+    writes = [
+        s
+        for s in statements_in(rest)
+        if s.op in ("Stmt.store", "Stmt.accumulate") and s.args[0] not in local
+    ]
+    if not all(depends_on(s.args[1], outer_axis) for s in writes):  # type: ignore[arg-type]
+        return loop
+    hoisted = Term("Stmt.seq", (copy, Term("Stmt.loop", (outer_axis, outer_kind, rest))))
+    return Term("Stmt.loop", (inner_axis, serial, Term("Stmt.alloc", (*alloc.args[:2], hoisted))))
 
 
 def _buffer_shapes(program: LoopProgram) -> Iterator[tuple[str, tuple[int, ...]]]:

@@ -175,6 +175,41 @@ def test_register_tile_rows_4k_apart_are_packed_and_transposed(
     agrees_with_interpreter(packed, isa, source=source)
 
 
+def test_a_rows_panel_is_packed_once_per_depth_block_outside_the_column_blocks() -> None:
+    """Column blocks outside depth blocks: the rows panel, which does not move with the column
+    block, is hoisted with its depth block outside the column blocks (copied once per depth
+    block, not once per column block and depth block); the product is unchanged."""
+    m, k, n, ti, tk, tj = 16, 32, 64, 8, 16, 16
+    i, j, r = named("i0", m), named("i1", n), named("k", k)
+    product = Term("Scalar.binary", ("mul", load("in0", at(i, r)), load("in1", at(r, j))))
+    zero = nest(
+        [(i, "serial", ()), (j, "vector", ())],
+        Term("Stmt.store", ("out0", at(i, j), Term("Scalar.const", (0.0,)))),
+    )
+    tiles = nest(
+        [
+            (outer(j, 32), "serial", ()),
+            (outer(r, tk), "serial", ()),
+            (outer(inner(j, 32), tj), "serial", ()),
+            (outer(i, ti), "serial", ()),
+            (inner(r, tk), "serial", ()),
+            (inner(i, ti), "unroll", (ti,)),
+            (inner(inner(j, 32), tj), "vector", ()),
+        ],
+        Term("Stmt.accumulate", ("out0", at(i, j), "sum", product)),
+    )
+    program = LoopProgram(
+        Term("Stmt.seq", (zero, tiles)), (("x", (m, k)), ("w", (k, n))), ((m, n),), "float32"
+    )
+    packed = agrees_after_packing(_with_rows_apart(program, L1_SET_SPAN, "float32"))
+    top = top_statements(packed.body)[1]
+    assert top.args[0] == outer(r, tk)  # the depth blocks outside
+    rows_panel = top.args[2]
+    assert rows_panel.op == "Stmt.alloc" and rows_panel.args[1] == (m // ti, tk, ti)
+    assert rows_panel.args[2].args[1].args[0] == outer(j, 32)  # then the column blocks
+    agrees_with_interpreter(packed, "avx512")
+
+
 def test_rows_not_a_multiple_of_4k_apart_are_not_packed() -> None:
     program = _with_rows_apart(tiled_matmul(16, 32, 32, ti=8, tk=16, tj=16), 4000, "float32")
     shapes = [alloc.args[1] for alloc in packed_allocs(pack_panels(program).body)]
