@@ -428,7 +428,7 @@ def _digit(flat: Term, stride: int, extent: int | None) -> Term | None:
     for t, c in reversed(digit):
         term = t if c == 1 else Term("Index.scale", (t, c))
         result = term if result is None else Term("Index.add", (term, result))
-    return result or const_index(0)
+    return result if result is not None else const_index(0)
 
 
 def _moves_last_dimension(t: Term) -> bool:
