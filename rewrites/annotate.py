@@ -4,8 +4,8 @@ The guards keep annotations to loops where they are legal and can pay off:
 - Vector(w): an innermost loop (its body is one store or accumulate) over a named axis or the
   inner half of a split of one (unit stride); a store must write contiguously along the loop (its
   last index is the loop's axis, maybe after another axis's multiple: `h*64 + d`), so a strided
-  store is refused. The emitter re-checks the loads
-  and keeps the loop scalar where it cannot vectorize them.
+  store is refused. The emitter re-checks the loads and keeps the loop scalar where it cannot
+  vectorize them.
 - Parallel: a loop outside every other loop (OpenMP regions do not nest, and each costs a
   thread-team start) whose iterations are independent (analysis.independent): no two touch the
   same element of a written buffer, so there is no race and no reduction across threads.

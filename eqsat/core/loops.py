@@ -23,7 +23,7 @@ VECTOR_UNARY = frozenset(
 REGISTER_BUDGET = {"avx512": 24, "avx2": 12, "scalar": 8}
 MASKED_ISAS = frozenset({"avx512"})  # vector loops end in a masked vector (else a scalar tail)
 # register tiles may hold a partial vector, loaded and stored under a lane mask (AVX2: maskload
-# and maskstore; a partial tile of plain loops made narrow products 1.6-1.8x slower there)
+# and maskstore; a partial tile of plain loops made narrow products 1.5-2.7x slower there)
 MASKED_TILE_ISAS = frozenset({"avx512", "avx2"})
 
 
