@@ -350,8 +350,8 @@ def _parse(argv: Sequence[str], names: Sequence[str]) -> argparse.Namespace:
         const=8,
         default=0,
         metavar="N",
-        help="also run N random shapes per family (default 8): matmul, mlp, softmax, layernorm, "
-        "elementwise (--only selects families too)",
+        help="also run N random shapes per family (default 8): "
+        f"{', '.join(f.name for f in sweep.FAMILIES)} (--only selects families too)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the sweep's shapes")
     parser.add_argument(

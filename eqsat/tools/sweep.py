@@ -16,6 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from eqsat.extract.machine import Machine
+from eqsat.tools.whole_programs import (
+    block_workload,
+    cosine_workload,
+    mha_workload,
+    swiglu_workload,
+)
 from eqsat.tools.workloads import (
     Result,
     Workload,
@@ -47,6 +53,8 @@ class Family:
 
 PRODUCT = ((8, 2048),) * 3  # (m, k, n) of a matmul
 ROWS = ((8, 8192),) * 2  # (rows, columns) of a row-wise program
+ATTENTION_HEADS = ((8, 1024), (1, 16), (8, 128))  # (sequence, heads, head size)
+BLOCK_HEADS = ((8, 512), (1, 16), (8, 64))  # ... models to 1024 wide (its weights: 48 MiB)
 # Each shape's own target is the family's worst-case target.
 FAMILIES = (
     Family("matmul", PRODUCT, 2.0e9, lambda s: matmul_workload(*s, 0.6), 0.9, 0.6),
@@ -74,6 +82,19 @@ FAMILIES = (
         0.9,
     ),
     Family("gelu-matmul", PRODUCT, 2.0e9, lambda s: gelu_matmul_workload(*s, 1.0), 1.5, 1.0),
+    # whole programs (issue 32's targets): (sequence, heads, head size) as models have them,
+    # (rows, hidden) of a feed-forward layer, (rows, other rows, width) of a similarity matrix
+    Family("mha", ATTENTION_HEADS, 1.0e6, lambda s: mha_workload(*s, 1.0), 1.5, 1.0),
+    Family("block", BLOCK_HEADS, 1.0e6, lambda s: block_workload(*s, 1.0), 1.3, 1.0),
+    Family(
+        "swiglu",
+        ((8, 1024), (32, 1024), (64, 4096)),
+        2.0e9,
+        lambda s: swiglu_workload(*s),
+        1.0,
+        1.0,
+    ),
+    Family("cosine", PRODUCT, 2.0e9, lambda s: cosine_workload(*s), 1.0, 1.0),
 )
 
 

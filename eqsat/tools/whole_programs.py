@@ -167,32 +167,94 @@ def whole_program_workload(
     )
 
 
+def mha_workload(seq: int, heads: int, size: int, target: float = 1.5) -> Workload:
+    """Multi-head self-attention over `seq` positions, `heads` heads of `size` (model
+    heads * size)."""
+    model = heads * size
+    projections = {name: (model, model) for name in ("Wq", "Wk", "Wv", "Wo")}
+    return whole_program_workload(
+        "mha",
+        f"multi-head self-attention, seq {seq}, model {model}, {heads} heads",
+        {"x": (seq, model), **projections},
+        partial(attention_heads, heads=heads),
+        target=target,
+        flops=_attention_flops(seq, model),
+        weights=tuple(projections),
+    )
+
+
+def block_workload(seq: int, heads: int, size: int, target: float = 1.3) -> Workload:
+    """A pre-LN transformer block: `heads` heads of `size`, a feed-forward layer 4x as wide as
+    the model (as models have it)."""
+    model = heads * size
+    hidden = 4 * model
+    norms = {name: (model,) for name in ("g1", "b1", "g2", "b2")}
+    projections = {name: (model, model) for name in ("Wq", "Wk", "Wv", "Wo")}
+    return whole_program_workload(
+        "block",
+        f"pre-LN transformer block, seq {seq}, model {model}, {heads} heads, ffn {hidden}",
+        {"x": (seq, model), **norms, **projections, **_feed_forward(model, hidden)},
+        partial(transformer_block, heads=heads),
+        target=target,
+        flops=_attention_flops(seq, model) + 4.0 * seq * model * hidden,
+        weights=(*projections, "W1", "W2"),
+    )
+
+
+def swiglu_workload(seq: int, model: int, hidden: int, target: float = 1.0) -> Workload:
+    return whole_program_workload(
+        "swiglu",
+        f"RMSNorm + SwiGLU MLP, x {seq}x{model}, hidden {hidden}",
+        {
+            "x": (seq, model),
+            "g": (model,),
+            "W1": (model, hidden),
+            "W3": (model, hidden),
+            "W2": (hidden, model),
+        },
+        rmsnorm_swiglu,
+        target=target,
+        flops=6.0 * seq * model * hidden,
+        weights=("W1", "W3", "W2"),
+    )
+
+
+def cosine_workload(rows: int, other_rows: int, width: int, target: float = 1.0) -> Workload:
+    return whole_program_workload(
+        "cosine",
+        f"cosine-similarity matrix, {rows}x{width} by {other_rows}x{width}",
+        {"a": (rows, width), "b": (other_rows, width)},
+        cosine_similarity,
+        target=target,
+        flops=2.0 * rows * other_rows * width,
+    )
+
+
+def _feed_forward(model: int, hidden: int) -> dict[str, tuple[int, ...]]:
+    """The shapes of a feed-forward layer's weights and biases, model -> hidden -> model."""
+    return {"W1": (model, hidden), "c1": (hidden,), "W2": (hidden, model), "c2": (model,)}
+
+
+def _attention_flops(seq: int, model: int) -> float:
+    """Flops of multi-head attention's four projections and its two products."""
+    return 8.0 * seq * model * model + 4.0 * seq * seq * model
+
+
 def whole_programs(quick: bool = False) -> list[Workload]:
     """The benchmark's whole programs (models, distances, losses, a gradient) at the bench's
     shapes (sequence 512, model 768, 12 heads, feed-forward 3072; causal attention 1024 x 64),
     or small ones where `quick`."""
-    seq, model, heads, hidden = (32, 64, 4, 128) if quick else (512, 768, 12, 3072)
+    seq, heads, size = (32, 4, 16) if quick else (512, 12, 64)
+    model = heads * size
+    hidden = 4 * model
     causal = 64 if quick else 1024
     rows = 64 if quick else 1024  # cosine similarity and distances: rows of each operand
     row_pairs = {"a": (rows, model), "b": (rows, model)}
     pair, pair_flops = f"{rows}x{model} by {rows}x{model}", 2.0 * rows * rows * model
     samples, features, centers = (128, 16, 8) if quick else (16384, 256, 64)
     classes = 32 if quick else 1000
-    norms = {name: (model,) for name in ("g1", "b1", "g2", "b2")}
-    projections = {name: (model, model) for name in ("Wq", "Wk", "Wv", "Wo")}
-    feed_forward = {"W1": (model, hidden), "c1": (hidden,), "W2": (hidden, model), "c2": (model,)}
-    attention_flops = 8.0 * seq * model * model + 4.0 * seq * seq * model
-    feed_forward_flops = 4.0 * seq * model * hidden
     return [
-        whole_program_workload(
-            "mha",
-            f"multi-head self-attention, seq {seq}, model {model}, {heads} heads",
-            {"x": (seq, model), **projections},
-            partial(attention_heads, heads=heads),
-            target=1.5,
-            flops=attention_flops,
-            weights=tuple(projections),
-        ),
+        mha_workload(seq, heads, size),
         whole_program_workload(
             "causal",
             f"causal attention (np.arange mask), {causal}x64",
@@ -201,38 +263,9 @@ def whole_programs(quick: bool = False) -> list[Workload]:
             target=2.0,
             flops=2.0 * causal * causal * 64,  # half of the scores are masked
         ),
-        whole_program_workload(
-            "block",
-            f"pre-LN transformer block, seq {seq}, model {model}, {heads} heads, ffn {hidden}",
-            {"x": (seq, model), **norms, **projections, **feed_forward},
-            partial(transformer_block, heads=heads),
-            target=1.3,
-            flops=attention_flops + feed_forward_flops,
-            weights=(*projections, "W1", "W2"),
-        ),
-        whole_program_workload(
-            "swiglu",
-            f"RMSNorm + SwiGLU MLP, x {seq}x{model}, hidden {hidden}",
-            {
-                "x": (seq, model),
-                "g": (model,),
-                "W1": (model, hidden),
-                "W3": (model, hidden),
-                "W2": (hidden, model),
-            },
-            rmsnorm_swiglu,
-            target=1.0,
-            flops=6.0 * seq * model * hidden,
-            weights=("W1", "W3", "W2"),
-        ),
-        whole_program_workload(
-            "cosine",
-            f"cosine-similarity matrix, {pair}",
-            row_pairs,
-            cosine_similarity,
-            target=1.0,
-            flops=pair_flops,
-        ),
+        block_workload(seq, heads, size),
+        swiglu_workload(seq, model, hidden),
+        cosine_workload(rows, rows, model),
         whole_program_workload(
             "logreg-grad",
             f"logistic-regression gradient, x {samples}x{features}",
@@ -268,10 +301,10 @@ def whole_programs(quick: bool = False) -> list[Workload]:
         whole_program_workload(
             "mlp2",
             f"gelu(x @ W1 + c1) @ W2 + c2, x {seq}x{model}, hidden {hidden}",
-            {"x": (seq, model), **feed_forward},
+            {"x": (seq, model), **_feed_forward(model, hidden)},
             mlp_two_layers,
             target=1.0,
-            flops=feed_forward_flops,
+            flops=4.0 * seq * model * hidden,
             weights=("W1", "W2"),
         ),
     ]
