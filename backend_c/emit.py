@@ -395,11 +395,7 @@ class _Emitter:
         source = self.element(*transpose.copy.args[2].args)  # type: ignore[union-attr]
         del self.fixed[transpose.rows_axis]
         self.scope.pop()
-        names = [f"{var}_row{r}" for r in range(transpose.rows)]
-        for r, name in enumerate(names):
-            address = f"&{source}" + (f" + {r * transpose.row_stride}" if r else "")
-            self.line(f"const {vector.vtype} {name} = {vector.load(address)};")
-        names = self.zip_rounds(names, transpose.rows.bit_length() - 1, var)  # R: a power of 2
+        names = self.interleaved_rows(source, transpose.row_stride, transpose.rows, var)
         for j, name in enumerate(names):
             self.line(vector.store(f"&{target}" + (f" + {j * lanes}" if j else ""), name))
         self.depth -= 1
@@ -445,13 +441,9 @@ class _Emitter:
         self.depth += 1
         self.scope.append(inner)
         for number, load in enumerate(loads):
-            rows = [f"{b}_t{number}_row{j}" for j in range(lanes)]
             first = self.element(str(load.args[0]), load.args[1])  # type: ignore[arg-type]
             stride = self.row_stride(load, inner)
-            for j, name in enumerate(rows):
-                address = f"&{first}" + (f" + {j * stride}" if j else "")
-                self.line(f"const {vector.vtype} {name} = {vector.load(address)};")
-            columns = self.zip_rounds(rows, lanes.bit_length() - 1, f"{b}_t{number}")
+            columns = self.interleaved_rows(first, stride, lanes, f"{b}_t{number}")
             for i, name in enumerate(columns):
                 self.registers[(load, i)] = name
         for i in range(lanes):
@@ -492,13 +484,19 @@ class _Emitter:
         moving = next(d for d, item in enumerate(items) if moves_with(item, axis))
         return math.prod(self.shapes[buffer][moving + 1 :])
 
-    def zip_rounds(self, names: list[str], rounds: int, prefix: str) -> list[str]:
-        """Vectors `names` (rows) interleaved lane by lane in `rounds` rounds of `VectorIsa.zip`,
-        each pairing a vector with the one half the list away (the list keeps lane order): the
-        new vectors' names."""
+    def interleaved_rows(self, first: str, stride: int, rows: int, prefix: str) -> list[str]:
+        """Declares a vector loaded from each of `rows` rows, element `first` and every
+        `stride` elements after it, then interleaves them lane by lane in log2(rows) rounds of
+        `VectorIsa.zip`, each pairing a vector with the one half the list away (the list keeps
+        lane order); returns the interleaved vectors' names, in order. It requires: `rows` is a
+        power of two that divides the lanes."""
         vector = self.vector
         assert vector is not None
-        for number in range(rounds):
+        names = [f"{prefix}_row{r}" for r in range(rows)]
+        for r, name in enumerate(names):
+            address = f"&{first}" + (f" + {r * stride}" if r else "")
+            self.line(f"const {vector.vtype} {name} = {vector.load(address)};")
+        for number in range(rows.bit_length() - 1):
             half, zipped = len(names) // 2, []
             for j in range(half):
                 low, high = vector.zip(names[j], names[j + half])
