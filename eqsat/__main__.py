@@ -6,10 +6,9 @@ numpy is timed with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (this machine's
 them, which halves OpenBLAS's sgemm): the comparison is against the best numpy. `bench --isa L`
 measures a host of ISA level L on this one: eqsat is capped at L (EQSAT_MAX_ISA) and numpy runs
 the OpenBLAS kernel such a host would pick (`OPENBLAS_KERNELS`), so an AVX2 laptop's ratios can
-be read on an AVX-512 server. OpenBLAS keeps
-its default thread timeout (idle threads yield for a while after each call, which makes its
-back-to-back calls fastest); the timing lets them settle before it times anything else
-(`eqsat.tools.workloads.SETTLE_SECONDS`).
+be read on an AVX-512 server. OpenBLAS keeps its default thread timeout (idle threads yield for
+a while after each call, which makes its back-to-back calls fastest); the timing lets them
+settle before it times anything else (`eqsat.tools.workloads.SETTLE_SECONDS`).
 """
 
 from __future__ import annotations
