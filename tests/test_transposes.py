@@ -18,10 +18,7 @@ from tests.isas import ISAS, VECTOR_ISAS, skip_unless_runs
 from tests.programs import agrees_with_interpreter, compiled
 from tests.test_loops import at, inner, named, nest, outer
 from tests.test_numerics import assert_specials_agree, with_specials
-
-
-def load(buffer: str, index: Term) -> Term:
-    return Term("Scalar.load", (buffer, index))
+from tests.test_packing import load
 
 
 def binary(op: str, x: Term, y: Term) -> Term:
