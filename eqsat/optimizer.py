@@ -27,6 +27,7 @@ from eqsat.core.pretty import format_loops, format_tensor
 from eqsat.core.progress import Progress
 from eqsat.core.saturate import saturate
 from eqsat.core.terms import EGGLOG_LOCK, Arg, LoopProgram, Term, owned_egraph, to_egglog, to_term
+from eqsat.core.workers import parallel_map
 from eqsat.extract.extractor import NodeCost, SerializedGraph
 from eqsat.extract.loop_cost import CACHE_USE, Estimate, LoopCost
 from eqsat.extract.machine import Machine
@@ -460,9 +461,13 @@ def _schedule_loops(
     if small is not None:
         limits = replace(limits, nodes=small)
     cost = LoopCost(machine, canonical.dtype)
-    pieces = parts(canonical.body)
     few = small is not None  # a small kernel: one candidate per e-class
-    scheduled = [_schedule_part(piece, cost, machine, limits, few, progress) for piece in pieces]
+    # the parts at once, in worker processes too: what each gets does not depend on where it ran
+    scheduled = parallel_map(
+        _schedule_part,
+        [(piece, machine, cost.dtype, limits, few, progress) for piece in parts(canonical.body)],
+        timeout=limits.seconds + limits.extraction_seconds,
+    )
     extracted = joined(canonical.body, [part.extracted for part in scheduled])
     canonical_cost = cost.estimate(canonical.body).cycles
     body = fuse_row_blocks(
@@ -493,10 +498,12 @@ class _Part:
 
 
 def _schedule_part(
-    piece: Term, cost: LoopCost, machine: Machine, limits: Limits, few: bool, progress: Progress
+    piece: Term, machine: Machine, dtype: str, limits: Limits, few: bool, progress: Progress
 ) -> _Part:
     """The cheapest nest of loop term `piece` found in its own kernel e-graph (one candidate per
-    e-class kept in extraction if `few`, or the e-graph is large)."""
+    e-class kept in extraction if `few`, or the e-graph is large). It runs in a worker process
+    as well (`eqsat.core.workers`): it depends on its arguments alone."""
+    cost = LoopCost(machine, dtype)
     egraph, report = schedule(piece, machine, cost.dtype, limits, progress=progress.iteration)
     with owned_egraph(egraph):
         graph = SerializedGraph(egraph)

@@ -3,10 +3,10 @@
 egglog 13 has no node limit and no timeout, so the driver checks the e-graph's size and the
 elapsed time between runs. One step = the analyses (`facts`) run to saturation, then one round
 of the rewrite rules (ARCHITECTURE §4: analyses are saturated before the rules that read them). The
-analyses are run one iteration at a time with the limits checked in between, because on a large
-e-graph their saturation alone can take minutes; if a limit stops them half-way, no rule runs
-on the half-computed facts (a guard could pass wrongly) and the e-graph is used as it is. It
-stops on saturation, node limit, time limit or iteration limit and says which; a limit is never
+analyses are run a few iterations at a time (one, then twice as many while a run is fast) with
+the limits checked in between, because on a large e-graph their saturation alone can take
+minutes; if a limit stops them half-way, no rule runs on the half-computed facts (a guard could
+pass wrongly) and the e-graph is used as it is. It stops on saturation, node limit, time limit or iteration limit and says which; a limit is never
 an error.
 
 The node and iteration limits are the stage's budget of work: they decide where it stops, and a
@@ -17,7 +17,7 @@ program on one machine always gives the same kernel. The time limit is a safety 
 or loaded machine, set above what the default budget takes here: a step predicted to end past it
 is not started either (its time grows faster than the e-graph), and only a stop on time depends
 on how fast the machine happened to be. What a prediction misses can overshoot a limit by at
-most one rule round or one analysis iteration (egglog cannot stop a run).
+most one rule round or one run of the analyses (egglog cannot stop a run).
 
 Tripwires run after every step: a merge of two different literals (`TExpr.const(1.0)` with
 `TExpr.const(2.0)`, two inputs, two loop constants) or of two tensors of different shapes (egglog
@@ -96,6 +96,10 @@ def _merged_literals(
     )
 
 
+# The analyses run one iteration at a time, then twice as many per run of egglog while a run
+# takes less than this: a run costs ~1 ms of Python besides egglog's work, and the analyses of
+# a loop-stage round take ~10 iterations of a few ms each (ARCHITECTURE §5).
+FAST_FACTS_SECONDS = 0.05
 # A step's time grows as the e-graph's growth to this power: the steps of attention's kernel
 # e-graph took 4.2x and 3.7x the previous one's time as the e-graph grew 2.6x and 2.3x
 # (docs/MEASUREMENTS.md); steps of a few ms are dominated by fixed costs and grow slower.
@@ -142,6 +146,7 @@ def _saturate(
     last_step: Step | None = None
     growth = 1.0  # the largest factor by which a step grew the e-graph so far
     this_step: Step | None = None  # nodes and start time of the step under way
+    facts_iterations = 1  # analysis iterations in the next run of `facts`
     while True:
         report.nodes = term_nodes(egraph)
         report.seconds = time.perf_counter() - start
@@ -165,8 +170,13 @@ def _saturate(
             this_step = Step(report.nodes, report.seconds)
         if facts_pending:
             assert facts is not None
-            facts_pending = _run_step(egraph, facts, report).updated
+            began = time.perf_counter()
+            batch = facts * facts_iterations if facts_iterations > 1 else facts
+            facts_pending = _run_step(egraph, batch, report).updated
+            fast = time.perf_counter() - began < FAST_FACTS_SECONDS
+            facts_iterations = facts_iterations * 2 if fast else 1
             continue
+        facts_iterations = 1
         run = _run_step(egraph, rules, report)
         last_step, this_step = this_step.ended(time.perf_counter() - start), None
         report.iterations += 1

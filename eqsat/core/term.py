@@ -62,6 +62,11 @@ class Term:
     def __hash__(self) -> int:
         return self._hash  # type: ignore[attr-defined,no-any-return]
 
+    def __reduce__(self) -> tuple[type[Term], tuple[str, tuple[Arg, ...]]]:
+        # rebuilt by the constructor, so the hash is the unpickling process's: a string's hash
+        # differs from process to process (PYTHONHASHSEED)
+        return Term, (self.op, self.args)
+
     def __str__(self) -> str:
         return f"{self.op}({', '.join(_format_arg(a) for a in self.args)})"
 
