@@ -405,17 +405,19 @@ def buffers_accessed(term: Term) -> frozenset[str]:
     return frozenset(found)
 
 
-def accesses(term: Term, buffer: str) -> list[Term]:
-    """Index lists through which `term` loads, stores or accumulates `buffer`."""
+@functools.lru_cache(maxsize=1 << 16)
+def accesses(term: Term, buffer: str) -> tuple[Term, ...]:
+    """Index lists through which `term` loads, stores or accumulates `buffer`. Memoized, as
+    `buffers_accessed` (the cost model asks it of every candidate nest's temporaries)."""
     if buffer not in buffers_accessed(term):
-        return []
-    found = []
+        return ()
+    found: list[Term] = []
     if term.op in ACCESS_OPS and term.args[0] == buffer:
-        found.append(term.args[1])
+        found.append(term.args[1])  # type: ignore[arg-type]
     for arg in term.args:
         if isinstance(arg, Term):
             found.extend(accesses(arg, buffer))
-    return found  # type: ignore[return-value]
+    return tuple(found)
 
 
 def statements_in(statement: Term) -> Iterator[Term]:
