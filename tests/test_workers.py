@@ -117,3 +117,25 @@ def test_a_program_of_several_parts_compiles_alike_with_and_without_workers(
         sources.append(kernel.c_source)
     assert "parts (rewrites/partition.py)" in kernel.explain()
     assert sources[0] == sources[1]
+
+
+@pytest.mark.usefixtures("one_worker")
+def test_a_forked_child_starts_workers_of_its_own() -> None:
+    """The parent's worker answers on pipes the child shares: were the child to use it, the
+    replies of one would reach the other."""
+    parent_pids = set(parallel_map(_pid_after, [(0.3,)] * 6, timeout=30))
+    reading, writing = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: its tasks' pids, then exit without running pytest's teardown
+        try:
+            pids = parallel_map(_pid_after, [(0.3,)] * 6, timeout=30)
+            os.write(writing, pickle.dumps(pids))
+        finally:
+            os._exit(0)
+    os.close(writing)
+    with os.fdopen(reading, "rb") as replies:
+        child_pids = set(pickle.loads(replies.read()))
+    os.waitpid(child, 0)
+    assert child in child_pids and len(child_pids) == 2
+    assert not (child_pids - {child}) & parent_pids  # the child's worker is not the parent's
+    assert set(parallel_map(_pid_after, [(0.3,)] * 6, timeout=30)) == parent_pids

@@ -116,7 +116,8 @@ def _outcome(function: Callable[..., Any], task: tuple[Any, ...]) -> tuple[bool,
 
 def _started(count: int) -> list[_Worker]:
     """Up to `count` live workers, started if need be (the pool keeps them for later calls);
-    fewer if a process cannot be started."""
+    fewer if a process cannot be started. In a forked child, the parent's workers are not its
+    children, so they poll as ended and the child starts its own (their pipes are the parent's)."""
     _pool[:] = [worker for worker in _pool if worker.alive()]
     while len(_pool) < count:
         try:
