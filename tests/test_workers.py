@@ -139,3 +139,22 @@ def test_a_forked_child_starts_workers_of_its_own() -> None:
     assert child in child_pids and len(child_pids) == 2
     assert not (child_pids - {child}) & parent_pids  # the child's worker is not the parent's
     assert set(parallel_map(_pid_after, [(0.3,)] * 6, timeout=30)) == parent_pids
+
+
+class _Unloadable(Exception):
+    """An exception whose pickle does not load (its constructor takes two arguments)."""
+
+    def __init__(self, first: str, second: str) -> None:
+        super().__init__(f"{first} {second}")
+
+
+def _raise_unloadable(value: int) -> int:
+    raise _Unloadable("value", str(value))
+
+
+@pytest.mark.usefixtures("one_worker")
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_reply_that_does_not_load_reruns_its_task_here() -> None:
+    """(and no thread of the pool dies of it)"""
+    with pytest.raises(_Unloadable, match="value 0"):
+        parallel_map(_raise_unloadable, [(n,) for n in range(4)], timeout=30)

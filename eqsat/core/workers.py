@@ -143,7 +143,8 @@ class _Worker:
 
     def call(self, function: Callable[..., Any], task: tuple[Any, ...]) -> tuple[bool, Any] | None:
         """The outcome of `function(*task)` in the worker (as `_outcome`), or None if the call
-        did not pickle, or the worker died or was stopped before it answered."""
+        did not pickle, its reply did not load, or the worker died or was stopped before it
+        answered (then the worker is stopped)."""
         assert self.process.stdin is not None and self.process.stdout is not None
         try:
             request = pickle.dumps((function, task))
@@ -153,7 +154,7 @@ class _Worker:
             self.process.stdin.write(request)
             self.process.stdin.flush()
             outcome: tuple[bool, Any] = pickle.load(self.process.stdout)
-        except (OSError, EOFError, pickle.UnpicklingError):
+        except Exception:  # a dead pipe, or a reply that does not load here: a lost worker
             self.stop()
             return None
         return outcome
