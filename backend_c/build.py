@@ -238,6 +238,11 @@ def _cache_key(
     ]
     if extension is not None:  # its ABI: this Python's and numpy's
         parts += [extension, sys.version, sysconfig.get_config_var("SOABI"), np.__version__]
+    return _digest(parts)
+
+
+def _digest(parts: Sequence[Any]) -> str:
+    """Hex sha256 of `parts` as JSON."""
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
@@ -339,34 +344,109 @@ def _compile(
     extension: str | None,
     includes: Sequence[str],
 ) -> None:
-    """Write `<key>.c` (and `<key>.entry.c`, the extension), compile them into one library
-    (the extension with the `includes` flags), and move `<key>.so` then `<key>.sha256` into place.
+    """Write `<key>.c` (and `<key>.entry.c`, the extension), compile them at once, each on its
+    own (the extension with the `includes` flags; the kernel after the precompiled prelude, if
+    it builds), link them into one library, and move `<key>.so` then `<key>.sha256` into place.
 
     It requires: the caller holds the entry's lock.
     """
     c_path = directory / f"{key}.c"
     write_atomically(c_path, c_source.encode())
-    sources = [str(c_path)]
+    compile_flags = [flag for flag in (*BASE_FLAGS, *flags) if flag != "-shared"]
+    objects = {c_path: [*compile_flags, *_prelude(directory, compile_flags)]}
     if extension is not None:
         entry_path = directory / f"{key}.entry.c"
         write_atomically(entry_path, extension.encode())
-        sources.append(str(entry_path))
+        objects[entry_path] = [*compile_flags, *includes]
     fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f"{key}.", suffix=".so.tmp")
     os.close(fd)
-    command = ["gcc", *BASE_FLAGS, *flags, *includes, "-o", tmp_name, *sources, "-lm"]
+    object_paths = {source: f"{tmp_name}.{n}.o" for n, source in enumerate(objects)}
     try:
-        try:
-            result = subprocess.run(command, capture_output=True, text=True, check=False)
-        except FileNotFoundError:
-            raise CompileError(command, "gcc is missing: no `gcc` on PATH", str(c_path)) from None
-        if result.returncode != 0:
-            raise CompileError(command, result.stderr, str(c_path))
+        compiles = [
+            ["gcc", *source_flags, "-c", "-o", object_paths[source], str(source)]
+            for source, source_flags in objects.items()
+        ]
+        _run_gcc(compiles, c_path)
+        link = ["gcc", "-shared", "-fopenmp", "-o", tmp_name, *object_paths.values(), "-lm"]
+        _run_gcc([link], c_path)
         so_bytes = Path(tmp_name).read_bytes()
         os.replace(tmp_name, directory / f"{key}.so")
     finally:
-        with suppress(FileNotFoundError):
-            os.unlink(tmp_name)
+        for path in (tmp_name, *object_paths.values()):
+            with suppress(FileNotFoundError):
+                os.unlink(path)
     write_atomically(directory / f"{key}.sha256", hashlib.sha256(so_bytes).hexdigest().encode())
+
+
+def _run_gcc(commands: Sequence[list[str]], c_path: Path) -> None:
+    """Run the gcc `commands` at once; CompileError names the first that fails (or a missing
+    gcc), with `c_path` as the kept source."""
+    try:
+        running = [
+            subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for command in commands
+        ]
+    except FileNotFoundError:
+        raise CompileError(commands[0], "gcc is missing: no `gcc` on PATH", str(c_path)) from None
+    errors = [process.communicate()[1] for process in running]
+    for command, process, stderr in zip(commands, running, errors, strict=True):
+        if process.returncode != 0:
+            raise CompileError(command, stderr, str(c_path))
+
+
+# The headers of every kernel, precompiled once per set of flags and included before the
+# kernel's source: parsing them (immintrin.h above all) took 0.16 s of a 0.78 s compile of
+# multi-head attention (docs/MEASUREMENTS.md). A kernel's source keeps its own #includes, so
+# it compiles on its own; after the prelude they change nothing.
+PRELUDE = """#define _GNU_SOURCE
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <omp.h>
+#include <sched.h>
+#include <unistd.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+"""
+_prelude_failures: set[tuple[str, ...]] = set()  # flags whose precompiled prelude did not build
+
+
+def _prelude(directory: Path, compile_flags: Sequence[str]) -> list[str]:
+    """gcc's flags to include the prelude precompiled for `compile_flags`, built first if need
+    be; none if it does not build (then the kernel's own #includes are parsed as before).
+
+    The header is named by its text and each precompiled copy by the flags and gcc: gcc takes,
+    from the `.gch` directory beside a header, the first copy built with options matching its
+    own, and checks nothing of the header's text."""
+    failed_before = tuple(compile_flags)
+    if failed_before in _prelude_failures:
+        return []
+    name = f"eqsat-prelude-{hashlib.sha256(PRELUDE.encode()).hexdigest()[:16]}.h"
+    header = directory / name
+    copies = directory / f"{name}.gch"
+    copy = copies / f"{_digest([list(compile_flags), _gcc_version()])[:16]}.gch"
+    with file_lock(directory / f"{name}.lock"):
+        if not header.exists():
+            write_atomically(header, PRELUDE.encode())
+        if not copy.exists():
+            copies.mkdir(exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(dir=copies, suffix=".tmp")
+            os.close(fd)
+            command = ["gcc", *compile_flags, "-x", "c-header", "-o", tmp_name, str(header)]
+            try:
+                built = subprocess.run(command, capture_output=True, check=False).returncode == 0
+                if built:
+                    os.replace(tmp_name, copy)
+            except FileNotFoundError:  # no gcc: the kernel's compile says so
+                return []
+            finally:
+                with suppress(FileNotFoundError):
+                    os.unlink(tmp_name)
+            if not built:
+                _prelude_failures.add(failed_before)
+                return []
+    return ["-include", str(header)]
 
 
 def write_atomically(path: Path, data: bytes) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -150,11 +151,17 @@ def store(path: Path, record: KernelRecord) -> None:
 
 
 def clear() -> int:
-    """Remove every compile-cache entry, built library and autotuning choice from the cache
-    directory; returns the number of files removed. The calibration is kept."""
+    """Remove every compile-cache entry, built library, autotuning choice and precompiled
+    header from the cache directory; returns the number of files removed. The calibration is
+    kept."""
     removed = 0
     for path in cache_dir().iterdir():
-        if path.is_file() and not path.name.startswith("calibration"):
+        if path.name.startswith("calibration"):
+            continue
+        if path.is_dir():  # a precompiled header's copies (`backend_c.build.PRELUDE`)
+            removed += sum(1 for _ in path.iterdir())
+            shutil.rmtree(path, ignore_errors=True)
+        else:
             path.unlink(missing_ok=True)
             removed += 1
     return removed

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from eqsat.backend_c import build
 from eqsat.backend_c.abi import prototype
 from eqsat.backend_c.build import (
     OPENMP_WAIT,
@@ -340,3 +341,27 @@ def test_region_workers_keep_off_the_starting_cpu_and_the_caller_keeps_its_affin
         where_threads_ran(ffi.from_buffer("int64_t[]", seen))
         assert seen[1] >= 0 and seen[1] != seen[0] and seen[2] == 2, (round_, seen)
     assert os.sched_getaffinity(0) == before
+
+
+def test_the_prelude_is_precompiled_once_per_flags_and_a_broken_copy_is_passed_over(
+    cache: Path,
+) -> None:
+    """A kernel compiles after the headers precompiled for its flags (`build.PRELUDE`); gcc
+    skips a copy that is not a precompiled header and parses the header instead."""
+    build_library(*axpy_source("axpy_prelude_first"), [])
+    build_library(*axpy_source("axpy_prelude_again"), [])
+    (copy,) = cache.glob("eqsat-prelude-*.h.gch/*.gch")
+    build_library(*axpy_source("axpy_prelude_avx2"), ["-mavx2", "-mfma"])
+    assert len(list(cache.glob("eqsat-prelude-*.h.gch/*.gch"))) == 2
+    copy.write_bytes(b"not a precompiled header")
+    library = build_library(*axpy_source("axpy_prelude_broken"), [])
+    np.testing.assert_array_equal(run_axpy(library, "axpy_prelude_broken"), EXPECTED)
+
+
+def test_a_prelude_that_does_not_precompile_leaves_the_build_as_it_was(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(build, "PRELUDE", "#error not a header\n")
+    library = build_library(*axpy_source("axpy_without_prelude"), [])
+    np.testing.assert_array_equal(run_axpy(library, "axpy_without_prelude"), EXPECTED)
+    assert not list(cache.glob("eqsat-prelude-*.h.gch/*.gch"))
