@@ -452,11 +452,11 @@ def _small_kernel_nodes(
 
 
 def _schedule_loops(
-    form: list[Term], written: list[Term], machine: Machine, limits: Limits, progress: Progress
+    form: list[Term], canonical: LoopProgram, machine: Machine, limits: Limits, progress: Progress
 ) -> _Scheduled:
-    """`form` lowered, each of its parts (`eqsat.rewrites.partition`) scheduled in an e-graph of
-    its own with the whole budget, their nests joined and fused by row blocks."""
-    canonical = lower(form, written=written)
+    """`form`, lowered to `canonical`, each of its parts (`eqsat.rewrites.partition`) scheduled
+    in an e-graph of its own with the whole budget, their nests joined and fused by row
+    blocks."""
     small = _small_kernel_nodes(form, machine, canonical.dtype, limits)
     if small is not None:
         limits = replace(limits, nodes=small)
@@ -598,7 +598,10 @@ def _optimize(
     fired = {name for name, count in algebra_report.matches.items() if count}
     scheduled: list[_Scheduled] = []
     for form in forms:
-        scheduled.append(_schedule_loops(form, terms, machine, limits, reporter))
+        canonical = lower(form, written=terms)
+        if any(earlier.canonical == canonical for earlier in scheduled):
+            continue  # the loops of a form scheduled already (forms differing in transposes)
+        scheduled.append(_schedule_loops(form, canonical, machine, limits, reporter))
         if scheduled[-1].report.stop_reason != "saturated":
             break  # a stage that hit its limits leaves no budget for another form
     best = min(scheduled, key=lambda candidate: candidate.estimate.cycles)

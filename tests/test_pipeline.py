@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 import eqsat
+from eqsat import optimizer
 from eqsat.core.saturate import Limits
 from eqsat.core.terms import TExpr
 from eqsat.extract.machine import host
 from eqsat.rewrites.rule import Identity
+from eqsat.tools.whole_programs import cosine_similarity
 from tests.isas import ISAS, VECTOR_ISAS, skip_unless_runs
 from tests.machines import PINNED
 from tests.programs import Program, assert_close, programs, reference
@@ -122,6 +125,25 @@ def test_column_sum_times_matrix(n: int) -> None:
     av, bv = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
     got = eqsat.compile(a.sum(axis=0) @ b)(av, bv)
     assert_close(got, av.astype(np.float64).sum(axis=0) @ bv, "float32")  # type: ignore[arg-type]
+
+
+def test_a_form_lowering_to_loops_scheduled_already_is_not_scheduled_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Cosine similarity's two forms differ in where a transpose stands, which lowering turns
+    into the same index map: one loop stage, not two of the same."""
+    a, b = eqsat.tensor("a", (64, 32)), eqsat.tensor("b", (48, 32))
+    forms_found = []
+    algebra = optimizer._optimize_algebra
+
+    def counted(*arguments: Any) -> Any:
+        result = algebra(*arguments)
+        forms_found.append(len(result[0]))
+        return result
+
+    monkeypatch.setattr(optimizer, "_optimize_algebra", counted)
+    best = eqsat.optimize(cosine_similarity(a, b, xp=np), progress=False)
+    assert forms_found == [2] and len(best.forms) == 1
 
 
 def test_stage_two_schedules_the_best_algebraic_forms_and_keeps_the_fastest() -> None:
