@@ -43,7 +43,13 @@ CODEGEN_VERSION = 4
 # loops; gcc vectorizing others behind the cost model's back made nests of one predicted cost
 # run far apart (docs/MEASUREMENTS.md), and the model cannot rank what it does not see.
 BASE_FLAGS = (
-    "-O3", "-std=c11", "-fPIC", "-shared", "-fno-math-errno", "-fno-tree-vectorize", "-fopenmp"
+    "-O3",
+    "-std=c11",
+    "-fPIC",
+    "-shared",
+    "-fno-math-errno",
+    "-fno-tree-vectorize",
+    "-fopenmp",
 )
 
 # Loading a library built with these turns on flush-to-zero for the whole Python process.
@@ -165,9 +171,7 @@ def build_library(
     return library
 
 
-def _built(
-    c_source: str, cdef: str, flags: tuple[str, ...], extension: str | None
-) -> Library:
+def _built(c_source: str, cdef: str, flags: tuple[str, ...], extension: str | None) -> Library:
     """`build_library`'s result, without its cache of loaded libraries."""
     if extension is not None:
         includes, missing = _extension_includes()
@@ -223,9 +227,7 @@ def _library(
     return Library(ffi, lib, so_path, cache_hit, cdef, flags, extension, module)
 
 
-def _cache_key(
-    c_source: str, cdef: str, flags: Sequence[str], extension: str | None
-) -> str:
+def _cache_key(c_source: str, cdef: str, flags: Sequence[str], extension: str | None) -> str:
     """Hex sha256 over everything that can change the built library."""
     parts = [
         CODEGEN_VERSION,
@@ -410,6 +412,7 @@ PRELUDE = """#define _GNU_SOURCE
 #endif
 """
 _prelude_failures: set[tuple[str, ...]] = set()  # flags whose precompiled prelude did not build
+PRELUDE_FILES = "eqsat-prelude-*"  # the header, its lock and its precompiled copies, by glob
 
 
 def _prelude(directory: Path, compile_flags: Sequence[str]) -> list[str]:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from eqsat.__main__ import numpy_environment
+from eqsat.backend_c.build import build_library
 from eqsat.core.measure import BLOCK_SECONDS, interleaved_medians
 from eqsat.extract.machine import Machine, host
 from eqsat.tools import bench, sweep, workloads
@@ -237,3 +238,20 @@ def test_every_sweep_family_builds_a_checked_workload(family: sweep.Family) -> N
         family.workload(shape), fake_machine(), 1, np.random.default_rng(0)
     )
     assert result.failure is None and result.correct is True, result
+
+
+def test_a_cold_compile_cache_keeps_the_machines_files_and_nothing_compiled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bench's cold compiles start from the calibration and the precompiled headers
+    (`build.PRELUDE`), built once a machine; what a block builds besides is gone after it."""
+    monkeypatch.setenv("EQSAT_CACHE_DIR", str(tmp_path))
+    (tmp_path / "calibration-test.json").write_text("{}")
+    with workloads.cold_compile_cache() as cold:
+        assert (cold / "calibration-test.json").read_text() == "{}"
+        build_library("void nothing(void) {}\n", "void nothing(void);", [])
+        assert list(cold.glob("*.so"))
+    assert list(tmp_path.glob("eqsat-prelude-*.h.gch/*.gch"))  # back in the current cache
+    assert not list(tmp_path.glob("*.so"))
+    with workloads.cold_compile_cache() as cold:
+        assert list(cold.glob("eqsat-prelude-*.h.gch/*.gch")) and not list(cold.glob("*.so"))

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 import eqsat
-from eqsat.backend_c.build import cache_dir
+from eqsat.backend_c.build import PRELUDE_FILES, cache_dir
 from eqsat.core.measure import agreement, interleaved_medians, random_inputs
 from eqsat.core.terms import Term, to_term
 from eqsat.extract.machine import Machine
@@ -258,14 +258,15 @@ def omp_threads(machine: Machine) -> int:
 
 @contextmanager
 def cold_compile_cache() -> Iterator[Path]:
-    """For the block, EQSAT_CACHE_DIR is a new temporary directory holding only the calibration
-    files of the current one, so compiles in it are cold (optimizer and gcc both run) and nothing
-    they cache outlives the block. Yields the directory."""
-    calibrations = list(cache_dir().glob("calibration-*.json"))
+    """For the block, EQSAT_CACHE_DIR is a new temporary directory holding only what the current
+    one has of the machine (its calibration files and the precompiled headers kernels compile
+    after, `build.PRELUDE`), so compiles in it are cold (optimizer and gcc both run) and nothing
+    they cache outlives the block but the precompiled headers, which go back to the current
+    directory. Yields the directory."""
+    current = cache_dir()
     previous = os.environ.get("EQSAT_CACHE_DIR")
     with tempfile.TemporaryDirectory(prefix="eqsat-cold-") as directory:
-        for calibration in calibrations:
-            shutil.copy(calibration, directory)
+        _copy_new([*current.glob("calibration-*.json"), *current.glob(PRELUDE_FILES)], directory)
         os.environ["EQSAT_CACHE_DIR"] = directory
         try:
             yield Path(directory)
@@ -274,6 +275,18 @@ def cold_compile_cache() -> Iterator[Path]:
                 del os.environ["EQSAT_CACHE_DIR"]
             else:
                 os.environ["EQSAT_CACHE_DIR"] = previous
+            _copy_new(list(Path(directory).glob(PRELUDE_FILES)), current)
+
+
+def _copy_new(paths: list[Path], directory: Path | str) -> None:
+    """Copy the files and directories of `paths` into `directory`, except the files it has."""
+    for path in paths:
+        target = Path(directory) / path.name
+        if path.is_dir():
+            target.mkdir(exist_ok=True)
+            _copy_new(list(path.iterdir()), target)
+        elif not target.exists():
+            shutil.copy(path, target)
 
 
 def run_workload(
