@@ -5,7 +5,8 @@ would), check the kernel against the numpy reference evaluated in float64 (ARCHI
 tolerance), time eqsat and every baseline in turns (interleaved, median), and print one table
 row: times, numpy/eqsat ratio and its target, the fraction of the machine's measured peak
 (`eqsat.backend_c.calibrate`), compile seconds and the e-graph size of every optimizer stage.
-Compile seconds are cold (a new compile cache: optimizer and gcc run) / warm (the same compile
+Compile seconds are cold (a new compile cache, with only the machine's calibration and
+precompiled headers: optimizer and gcc run) / warm (the same compile
 again in a new process, answered from the compile cache, `eqsat.compile_cache`); "check ms" is
 the part of the cold compile that ran the kernel against the written program
 (`eqsat.validation`), timed again apart.
