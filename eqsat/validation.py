@@ -97,14 +97,14 @@ def check_kernel(kernel: Kernel, written: Sequence[Term], assume_finite: bool) -
             evaluated = sample.inputs(inputs)
             got = tuple(np.take(result, sample.indices, sample.axis) for result in got)
         for k, (term, result) in enumerate(zip(written, got, strict=True)):
-            problem = _disagreement(result, term, evaluated, kernel.dtype, assume_finite)
+            problem = disagreement(result, term, evaluated, kernel.dtype, assume_finite)
             if problem:
                 return Check(False, f"output {k} on {label}: {problem}", _since(start))
     where = "" if sample is None else f" {sample}"
     return Check(True, " and ".join(labels) + where, _since(start))
 
 
-def _disagreement(
+def disagreement(
     got: np.ndarray,
     term: Term,
     inputs: dict[str, np.ndarray],
