@@ -2,12 +2,12 @@
 
 egglog 13 has no node limit and no timeout, so the driver checks the e-graph's size and the
 elapsed time between runs. One step = the analyses (`facts`) run to saturation, then one round
-of the rewrite rules (ARCHITECTURE §4: analyses are saturated before the rules that read them). The
-analyses are run a few iterations at a time (one, then twice as many while a run is fast) with
-the limits checked in between, because on a large e-graph their saturation alone can take
+of the rewrite rules (ARCHITECTURE §4: analyses are saturated before the rules that read them).
+The analyses are run a few iterations at a time (one, then twice as many while a run is fast)
+with the limits checked in between, because on a large e-graph their saturation alone can take
 minutes; if a limit stops them half-way, no rule runs on the half-computed facts (a guard could
-pass wrongly) and the e-graph is used as it is. It stops on saturation, node limit, time limit or iteration limit and says which; a limit is never
-an error.
+pass wrongly) and the e-graph is used as it is. It stops on saturation, node limit, time limit
+or iteration limit and says which; a limit is never an error.
 
 The node and iteration limits are the stage's budget of work: they decide where it stops, and a
 step is not started when it is predicted to pass the node limit (`predicted_step`: the stage's
