@@ -7,7 +7,9 @@ output cannot stay in cache for its reader anyway, and the stores then skip read
 first. The emitter re-checks that a vector loop is safe to vectorize (a single store or
 accumulate whose loads are contiguous or uniform along the loop, with ops that have a vector
 form) and emits the scalar loop otherwise, so correctness never rests on the guard
-of the rule that placed the mark. `Parallel` becomes an OpenMP loop, `Unroll(n)` a GCC pragma. The
+of the rule that placed the mark. `Parallel` becomes an OpenMP loop, `Parallel-sum` one whose
+threads sum into their own copies of the buffers its iterations share, added in thread order
+after it (`eqsat.core.loops.privatized`), `Unroll(n)` a GCC pragma. The
 copy that packs a register tile's rows (`eqsat.rewrites.packing`) loads a vector from each row
 and interleaves them in registers instead of copying one element at a time.
 Every identifier in the C comes from the lowering (in0, out0, t0, i0, k, ...), never from a user.

@@ -16,10 +16,11 @@ loop was split by the same tile. Changing a loop's tile rewrites every piece of 
 body, the substitution that ARCHITECTURE §3 keeps out of the e-graph, so this is a pass over the
 extracted nest, like contraction and packing. A run of top-level statements fuses over blocks of
 T rows of one named axis `a` when
-1. each is a loop over `a.outer(T')` (its own tile T'), or over `a` itself, serial or parallel
-   (a row-block loop); or a *row-local* statement: one that walks `a` (in any loop of it, e.g.
-   a matmul whose outermost loop runs over column blocks and whose row blocks run inside) and
-   accesses every buffer it writes, other than its own temporaries, with plain `a` first;
+1. each is a loop over `a.outer(T')` (its own tile T'), or over `a` itself, serial, parallel or
+   parallel-sum (a row-block loop); or a *row-local* statement: one that walks `a` (in any
+   loop of it, e.g. a matmul whose outermost loop runs over column blocks and whose row blocks
+   run inside) and accesses every buffer it writes, other than its own temporaries, with plain
+   `a` first;
 2. every buffer that one of them writes and another touches is accessed by all of them with
    plain `a` as its first index: block b of a later loop reads only rows of block b, which the
    earlier loops have written by then, and writes rows no other block reads;
@@ -38,8 +39,16 @@ model's price: the model counts the bytes fetched, not the dirty lines written b
 predicted blocks of 128 to 1024 rows of attention 4096 x 128 as fast as blocks of 64, which
 measured 1.5-1.8x faster; docs/MEASUREMENTS.md.) With no split loop and no row-local statement,
 the loops may also fuse over `a` itself. The fused loop is parallel when every loop was
-parallel or row-local (their blocks are then independent). The caller passes the cost model:
-the fused program is kept only where it is predicted faster.
+parallel or row-local (their blocks are then independent), a parallel sum when every loop was
+one of those or a parallel sum (condition 2 keeps the buffers a parallel sum's blocks share to
+its own statement). The caller passes the cost model: the fused program is kept only where it
+is predicted faster.
+
+Two freedoms widen the runs. A statement whose loop sums over rows of the same extent under
+another name (`x.T @ r` sums over x's rows as `k`; the pass computing `r` walks them as `i0`)
+joins with that axis renamed `a` (`_renamed`: a bound variable renamed, so it computes the
+same). A statement that cannot join but commutes with the run so far (neither writes what the
+other touches: the zeroing of `x.T @ r`'s output) is skipped, and runs before the fused loop.
 """
 
 from __future__ import annotations
