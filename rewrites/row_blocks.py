@@ -210,8 +210,8 @@ def _on_rows(statement: Term, row_axis: Term, run: list[Term]) -> Term | None:
 def _renamed(statement: Term, old: Term, new: Term) -> Term | None:
     """`statement` with named axis `old` renamed `new`, and every other axis of `new`'s name
     given `old`'s (a loop's variable is named after its axis); None when two of its named axes
-    would then share a name. Every axis of a top-level statement is bound by a loop in it, so
-    this renames bound variables only: the statement computes the same."""
+    would then be one, or share a name. Every axis of a top-level statement is bound by a loop
+    in it, so this renames bound variables only: the statement computes the same."""
     new_name, old_name = new.args[0], old.args[0]
 
     def visit(term: Term) -> Term:
@@ -224,14 +224,19 @@ def _renamed(statement: Term, old: Term, new: Term) -> Term | None:
         return Term(term.op, tuple(visit(a) if isinstance(a, Term) else a for a in term.args))
 
     renamed = visit(statement)
-    axes = {
+    before, after = _named_axes(statement), _named_axes(renamed)
+    return renamed if len({a.args[0] for a in after}) == len(after) == len(before) else None
+
+
+def _named_axes(statement: Term) -> set[Term]:
+    """The named axes that the loops of `statement` walk."""
+    return {
         axis
-        for s in statements_in(renamed)
+        for s in statements_in(statement)
         if s.op == "Stmt.loop"
         for axis in pieces_of(s.args[0])  # type: ignore[arg-type]
         if axis.op == "Axis.named"
     }
-    return renamed if len({axis.args[0] for axis in axes}) == len(axes) else None
 
 
 def _commute(first: Term, second: Term) -> bool:

@@ -16,7 +16,7 @@ from eqsat.core.loops import top_allocations, top_statements
 from eqsat.core.pretty import format_loops
 from eqsat.core.terms import LoopProgram, Term, index_list
 from eqsat.rewrites.lowering import seq
-from eqsat.rewrites.row_blocks import fuse_row_blocks
+from eqsat.rewrites.row_blocks import _renamed, fuse_row_blocks
 from tests.isas import ISAS, VECTOR_ISAS
 from tests.machines import PINNED
 from tests.programs import agrees_with_interpreter, assert_variant_agrees
@@ -337,3 +337,23 @@ def test_a_fused_parallel_sum_compiles_to_the_interpreters_values(isa: str) -> N
     fused = program.with_body(fuse_row_blocks(program.body, fewest_statements))
     assert fused.body != program.body
     agrees_with_interpreter(LoopProgram(fused.body, fused.inputs, fused.outputs, "float32"), isa)
+
+
+def test_renaming_fail_two_axes_would_become_one() -> None:
+    """Renaming k (24) i0 gives the statement's i0 (20) the name k: refused where the statement
+    already has a k of 20 (the two would be one axis), allowed where it has not."""
+    k, columns, other = named("k", ROWS), named("i0", COLUMNS), named("k", COLUMNS)
+    one = Term("Scalar.const", (1.0,))
+    sums = nest(
+        [(k, "serial", ()), (columns, "serial", ())],
+        Term("Stmt.accumulate", ("out0", at(columns), "sum", one)),
+    )
+    assert _renamed(sums, k, ROW) == nest(
+        [(ROW, "serial", ()), (named("k", COLUMNS), "serial", ())],
+        Term("Stmt.accumulate", ("out0", at(named("k", COLUMNS)), "sum", one)),
+    )
+    both = nest(
+        [(k, "serial", ()), (other, "serial", ()), (columns, "serial", ())],
+        Term("Stmt.accumulate", ("out0", at(columns), "sum", one)),
+    )
+    assert _renamed(both, k, ROW) is None
