@@ -7,7 +7,9 @@ output cannot stay in cache for its reader anyway, and the stores then skip read
 first. The emitter re-checks that a vector loop is safe to vectorize (a single store or
 accumulate whose loads are contiguous or uniform along the loop, with ops that have a vector
 form) and emits the scalar loop otherwise, so correctness never rests on the guard
-of the rule that placed the mark. `Parallel` becomes an OpenMP loop, `Unroll(n)` a GCC pragma. The
+of the rule that placed the mark. `Parallel` becomes an OpenMP loop, `Parallel-sum` one whose
+threads sum into their own copies of the buffers its iterations share, added in thread order
+after it (`eqsat.core.loops.privatized`), `Unroll(n)` a GCC pragma. The
 copy that packs a register tile's rows (`eqsat.rewrites.packing`) loads a vector from each row
 and interleaves them in registers instead of copying one element at a time.
 Every identifier in the C comes from the lowering (in0, out0, t0, i0, k, ...), never from a user.
@@ -33,6 +35,7 @@ from eqsat.core.loops import (
     has_remainder,
     horizontal,
     moves_with,
+    privatized,
     register_tile,
     split_tile,
     streamed_store,
@@ -119,6 +122,7 @@ class _Emitter:
         self.uses_sign = False  # a scalar sign was emitted (it calls `isa.sign_helper`'s)
         self.uses_prod = False  # a horizontal product was emitted (`horizontal_helper("prod")`)
         self.parallel_depth = 0
+        self.renamed: dict[str, str] = {}  # buffer -> this thread's copy (`thread_copy`)
         self.has_region = False  # an OpenMP parallel region was emitted (THREADS_PREAMBLE)
         # Non-temporal stores emitted since the last fence: fenced once per iteration of the
         # parallel loop around them, or at the end of the kernel (a fence after every short
@@ -187,7 +191,8 @@ class _Emitter:
             expr = self.index_expr(index_items(index_list)[d])
             terms.append(expr if stride == 1 else f"{expr} * {stride}")
             stride *= shape[d]
-        return f"{_identifier(buffer)}[{' + '.join(reversed(terms)) or '0'}]"
+        name = self.renamed.get(buffer, buffer)  # a thread's copy in a parallel-sum loop
+        return f"{_identifier(name)}[{' + '.join(reversed(terms)) or '0'}]"
 
     def literal(self, value: float) -> str:
         if math.isnan(value):
@@ -309,7 +314,9 @@ class _Emitter:
             self.transposed_blocks_loop(axis, body, across)
             return
         var, extent = axis_var(axis), self.trips_expr(axis)
-        region = kind.op == "LoopKind.parallel" and not self.in_parallel
+        parallel = kind.op in PARALLEL_KINDS
+        region = parallel and not self.in_parallel
+        shared = privatized(axis, body) if region and kind.op == "LoopKind.parallel_sum" else ()
         if region:
             self.has_region = True
             self.line("{")
@@ -321,13 +328,17 @@ class _Emitter:
             )
             self.line("{")
             self.line("eq_join(&team);")
+            for buffer in shared:
+                self.thread_copy(buffer)
             self.line("#pragma omp for schedule(static) nowait")
         elif kind.op == "LoopKind.unroll":
             self.line(f"#pragma GCC unroll {kind.args[0]}")
         self.line(f"for (int64_t {var} = 0; {var} < {extent}; ++{var}) {{")
-        parallel = kind.op == "LoopKind.parallel"
         self.parallel_depth += parallel
+        self.renamed.update({buffer: f"{buffer}_sum" for buffer in shared})
         self.nested(axis, body)
+        for buffer in shared:
+            del self.renamed[buffer]
         self.parallel_depth -= parallel
         if region and self.unfenced:  # each thread fences its own streamed stores
             self.depth += 1
@@ -336,10 +347,49 @@ class _Emitter:
             self.unfenced = False
         self.line("}")
         if region:
+            if shared:
+                self.add_thread_copies(shared)
             self.line("eq_wait_for_team(&team);")
             self.line("}")
             self.depth -= 1
             self.line("}")
+
+    def thread_copy(self, buffer: str) -> None:
+        """Declare and zero this thread's copy of `buffer`, which a parallel-sum loop sums into
+        (`eqsat.core.loops.privatized`), at the top of the parallel region."""
+        name, count = _identifier(f"{buffer}_sum"), math.prod(self.shapes[buffer])
+        size = self.copy_bytes(buffer)
+        if size <= STACK_TEMPORARY_BYTES:
+            self.line(f"{self.ctype} {name}[{count}] __attribute__((aligned(64)));")
+        else:
+            self.line(f"{self.ctype} *restrict {name} = aligned_alloc(64, {size});")
+        self.line(f"for (int64_t eq_e = 0; eq_e < {count}; ++eq_e) {name}[eq_e] = 0;")
+
+    def add_thread_copies(self, shared: tuple[str, ...]) -> None:
+        """After a parallel-sum loop: each thread adds its copies into the buffers, thread 0
+        first, then 1, ... (the same order on every call, so the same sums), and frees the
+        copies it allocated."""
+        self.line("#pragma omp for ordered schedule(static, 1)")
+        self.line("for (int eq_t = 0; eq_t < omp_get_num_threads(); ++eq_t) {")
+        self.depth += 1
+        self.line("#pragma omp ordered")
+        self.line("{")
+        self.depth += 1
+        for buffer in shared:
+            count, name = math.prod(self.shapes[buffer]), _identifier(buffer)
+            self.line(f"for (int64_t eq_e = 0; eq_e < {count}; ++eq_e)")
+            self.line(f"    {name}[eq_e] += {name}_sum[eq_e];")
+        self.depth -= 1
+        self.line("}")
+        self.depth -= 1
+        self.line("}")
+        for buffer in shared:
+            if self.copy_bytes(buffer) > STACK_TEMPORARY_BYTES:
+                self.line(f"free({buffer}_sum);")
+
+    def copy_bytes(self, buffer: str) -> int:
+        """The bytes of a thread's copy of `buffer`, whole 64-byte lines."""
+        return -(-math.prod(self.shapes[buffer]) * (4 if self.dtype == "float32" else 8) // 64) * 64
 
     def rows_transpose(self, axis: Term, body: Term) -> _RowsTranspose | None:
         """The transposing copy for `for axis: for r unroll(R): pk[..., axis, r] = src[...]`,
@@ -859,6 +909,7 @@ _ARITH = frozenset({"add", "sub", "mul", "div", "max", "min"})
 # Temporaries up to this size live on the stack (an OpenMP thread's stack is at least 2 MiB);
 # larger ones come from the heap.
 STACK_TEMPORARY_BYTES = 64 * 1024
+PARALLEL_KINDS = ("LoopKind.parallel", "LoopKind.parallel_sum")
 # Vector accumulators of a horizontal reduction (sums may be reassociated, ARCHITECTURE §4):
 # on one chain, each FMA waits for the last one's latency, which held a matrix-vector row well
 # below the load rate (docs/MEASUREMENTS.md).

@@ -22,7 +22,9 @@ Each statement gets an `Estimate`, computed bottom-up from its children's:
   when it steps exactly one run further along the last dimension; any other loop that moves
   the access starts a new run). Blocked and row-by-row nests of equal footprint then differ.
 - A Parallel loop divides compute and per-core traffic by the cores and pays a start cost; DRAM
-  traffic does not scale with cores (bandwidth is shared).
+  traffic does not scale with cores (bandwidth is shared). A Parallel-sum loop also pays for its
+  threads' copies of the buffers they share: zeroing them, and adding them in turn after one
+  more meeting of the team.
 The predicted time is the roofline of the whole statement, max(compute, traffic / bandwidth at
 each level), plus a quarter of the other terms (overlap of compute and memory is never perfect:
 a nest that streams from L2 while it computes is measurably slower than one that does not), plus
@@ -47,6 +49,7 @@ from eqsat.core.loops import (
     mean_vectors,
     moves_with,
     pieces_of,
+    privatized,
     register_tile,
     row_loop_of,
     streamed_store,
@@ -314,20 +317,35 @@ class LoopCost:
         if vectorized and horizontal(axis, body_term):
             compute -= trips * HORIZONTAL_STEP_SAVING - HORIZONTAL_FINISH
         estimate = self.combine(touched, [body.estimate], trips, compute)
-        if kind.op != "LoopKind.parallel":
+        if kind.op not in ("LoopKind.parallel", "LoopKind.parallel_sum"):
             return _Statement.of(estimate, touched)
         cores = min(self.machine.cores, trips)  # a loop of one trip runs on one core
         busiest = busiest_share(axis, self.machine.cores)
         l1, l2, l3 = estimate.traffic
+        start = self._parallel_start
+        if kind.op == "LoopKind.parallel_sum":
+            start += self.summing_apart(axis, body_term, body.touched)
         parallel = Estimate(
             estimate.compute * busiest,
             (l1 * busiest, l2 * busiest, l3 / min(cores, self._dram_scaling)),
-            estimate.overhead * busiest + self._parallel_start,
+            estimate.overhead * busiest + start,
             estimate.footprint,
             estimate.first_touch,
             self._bytes_per_cycle,
         )
         return _Statement.of(parallel, touched)
+
+    def summing_apart(self, axis: Term, body_term: Term, body: _Touched) -> float:
+        """What a parallel-sum loop pays beyond a parallel one (`eqsat.core.loops.privatized`):
+        each thread zeroes its copy of each shared buffer, then the threads add their copies in
+        turn, one scalar element at a time, after one more meeting of the team."""
+        elements = sum(
+            body.buffer_bytes.get(buffer, 0.0) / self.item_bytes
+            for buffer in privatized(axis, body_term)
+        )
+        zeroing = elements / STORES_PER_CYCLE
+        adding = self.machine.cores * elements * (2 / LOADS_PER_CYCLE + 1 / OPS_PER_CYCLE + 1)
+        return zeroing + adding + self._parallel_start / PARALLEL_CALL_RESTARTS
 
     def register_tile(
         self, statement: Term, tile: RegisterTile, body: Estimate, touched: _Touched

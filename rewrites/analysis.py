@@ -610,3 +610,15 @@ def reorderable(body: Stmt, c: Axis) -> list[FactLike]:
     commutative = ((s - m - p) | (m - s - p) | (p - s - m)) - stores(body)
     only_accumulated = commutative - reads(body)
     return [eq((writes(body) & mixed(body, c)) - only_accumulated).to(EMPTY)]
+
+
+def shares_only_sums(body: Stmt, c: Axis) -> list[FactLike]:
+    """Iterations of body over c share some written buffers, and only ever sum into them.
+
+    Every buffer body writes that c does not partition is only accumulated with op sum, never
+    loaded or stored; each thread may then sum its own iterations into a copy of such a
+    buffer, the copies added after the loop (reassociating float sums is allowed,
+    ARCHITECTURE §4)."""
+    shared = writes(body) & mixed(body, c)
+    only_summed = sums(body) - maxes(body) - prods(body) - stores(body) - reads(body)
+    return [ne(shared).to(EMPTY), eq(shared - only_summed).to(EMPTY)]

@@ -9,6 +9,9 @@ The guards keep annotations to loops where they are legal and can pay off:
 - Parallel: a loop outside every other loop (OpenMP regions do not nest, and each costs a
   thread-team start) whose iterations are independent (analysis.independent): no two touch the
   same element of a written buffer, so there is no race and no reduction across threads.
+- Parallel sum: a loop outside every other loop whose iterations share buffers they only sum
+  into (analysis.shares_only_sums: a column sum's rows, `x.T @ r`'s contraction): each thread
+  sums its iterations into its own copy of those buffers, added in thread order after the loop.
 - Unroll(n): a loop of n <= MAX_UNROLL iterations around a straight-line body (one store or
   accumulate, maybe inside vector or unrolled loops). Inside a loop that carries a register
   tile this is unroll-and-jam: the emitter keeps the n x vectors accumulators in registers.
@@ -28,6 +31,7 @@ from eqsat.rewrites.analysis import (
     extent,
     independent,
     register_in_order,
+    shares_only_sums,
     top_loop,
 )
 from eqsat.rewrites.rule import Identity
@@ -171,6 +175,17 @@ PARALLEL = Identity(
     guard=(outermost, independent),
 )
 
+PARALLEL_SUM = Identity(
+    "parallelize-sum",
+    "for a: body -> for a parallel sum: body",
+    {"a": Axis, "c": Axis, "body": Stmt},
+    lhs=lambda a, body: Stmt.loop(a, SERIAL, body),
+    rhs=lambda a, body: Stmt.loop(a, LoopKind.parallel_sum(), body),
+    # the emitter gives each thread its own zeroed copy of the shared buffers
+    # (`eqsat.core.loops.privatized`) and adds the copies in thread order
+    guard=(outermost, shares_only_sums),
+)
+
 UNROLL = Identity(
     "unroll",
     "for a: body -> for a unroll(n): body",
@@ -182,9 +197,9 @@ UNROLL = Identity(
 
 
 def annotate_identities(width: int, cores: int) -> tuple[Identity, ...]:
-    """Vector marks of the machine's width, Unroll; Parallel only on a machine with several
-    cores."""
-    return (*vector_identities(width), UNROLL, *((PARALLEL,) if cores > 1 else ()))
+    """Vector marks of the machine's width, Unroll; Parallel and Parallel-sum only on a machine
+    with several cores."""
+    return (*vector_identities(width), UNROLL, *((PARALLEL_SUM, PARALLEL) if cores > 1 else ()))
 
 
 def annotate_rules(width: int, cores: int) -> Ruleset:

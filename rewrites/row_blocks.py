@@ -16,10 +16,11 @@ loop was split by the same tile. Changing a loop's tile rewrites every piece of 
 body, the substitution that ARCHITECTURE §3 keeps out of the e-graph, so this is a pass over the
 extracted nest, like contraction and packing. A run of top-level statements fuses over blocks of
 T rows of one named axis `a` when
-1. each is a loop over `a.outer(T')` (its own tile T'), or over `a` itself, serial or parallel
-   (a row-block loop); or a *row-local* statement: one that walks `a` (in any loop of it, e.g.
-   a matmul whose outermost loop runs over column blocks and whose row blocks run inside) and
-   accesses every buffer it writes, other than its own temporaries, with plain `a` first;
+1. each is a loop over `a.outer(T')` (its own tile T'), or over `a` itself, serial, parallel or
+   parallel-sum (a row-block loop); or a *row-local* statement: one that walks `a` (in any
+   loop of it, e.g. a matmul whose outermost loop runs over column blocks and whose row blocks
+   run inside) and accesses every buffer it writes, other than its own temporaries, with plain
+   `a` first;
 2. every buffer that one of them writes and another touches is accessed by all of them with
    plain `a` as its first index: block b of a later loop reads only rows of block b, which the
    earlier loops have written by then, and writes rows no other block reads;
@@ -38,8 +39,16 @@ model's price: the model counts the bytes fetched, not the dirty lines written b
 predicted blocks of 128 to 1024 rows of attention 4096 x 128 as fast as blocks of 64, which
 measured 1.5-1.8x faster; docs/MEASUREMENTS.md.) With no split loop and no row-local statement,
 the loops may also fuse over `a` itself. The fused loop is parallel when every loop was
-parallel or row-local (their blocks are then independent). The caller passes the cost model:
-the fused program is kept only where it is predicted faster.
+parallel or row-local (their blocks are then independent), a parallel sum when every loop was
+one of those or a parallel sum (condition 2 keeps the buffers a parallel sum's blocks share to
+its own statement). The caller passes the cost model: the fused program is kept only where it
+is predicted faster.
+
+Two freedoms widen the runs. A statement whose loop sums over rows of the same extent under
+another name (`x.T @ r` sums over x's rows as `k`; the pass computing `r` walks them as `i0`)
+joins with that axis renamed `a` (`_renamed`: a bound variable renamed, so it computes the
+same). A statement that cannot join but commutes with the run so far (neither writes what the
+other touches: the zeroing of `x.T @ r`'s output) is skipped, and runs before the fused loop.
 """
 
 from __future__ import annotations
@@ -50,6 +59,8 @@ from collections.abc import Callable, Iterator, Mapping
 from eqsat.core.loops import (
     accesses,
     allocated,
+    buffers_accessed,
+    depends_on,
     pieces_of,
     statements_in,
     top_allocations,
@@ -59,7 +70,9 @@ from eqsat.core.terms import Term, index_items
 from eqsat.rewrites.lowering import seq
 
 PARALLEL = Term("LoopKind.parallel", ())
+PARALLEL_SUM = Term("LoopKind.parallel_sum", ())
 SERIAL = Term("LoopKind.serial", ())
+ROW_BLOCK_KINDS = (SERIAL, PARALLEL, PARALLEL_SUM)
 # The smallest block of rows tried beyond the loops' own tiles (a register tile's rows).
 MIN_BLOCK = 8
 
@@ -82,12 +95,12 @@ def fuse_row_blocks(
     best_price = price(whole(best))
     while True:  # the best single fusion, until none is predicted faster
         options = [
-            [*best[:start], fused, *best[start + length :]]
+            _with_fused(best, run[:length], fused)
             for start in range(len(best))
             for row_axis, run in _runs(best, start)
             for length in range(2, len(run) + 1)
             for tile in _common_tiles(run[:length], row_axis, best, shapes, block_elements)
-            if (fused := _fused(run[:length], row_axis, tile)) is not None
+            if (fused := _fused([s for _, s in run[:length]], row_axis, tile)) is not None
         ]
         priced = [(price(whole(option)), option) for option in options]
         cheapest = min(priced, key=lambda pair: pair[0], default=None)
@@ -97,10 +110,19 @@ def fuse_row_blocks(
     return whole(best)
 
 
+def _with_fused(statements: list[Term], run: list[tuple[int, Term]], fused: Term) -> list[Term]:
+    """`statements` with the `run` (positions and statements) replaced by `fused`, where the
+    run began; the statements between its members that it skipped run before it."""
+    positions = [position for position, _ in run]
+    first, last = positions[0], positions[-1]
+    skipped = [statements[p] for p in range(first, last + 1) if p not in positions]
+    return [*statements[:first], *skipped, fused, *statements[last + 1 :]]
+
+
 def _row_axis(statement: Term) -> tuple[Term, int | None] | None:
-    """(a, T) for a serial or parallel loop over `a.outer(T)`, (a, None) for one over `a`
-    itself (a named axis), else None."""
-    if statement.op != "Stmt.loop" or statement.args[1] not in (SERIAL, PARALLEL):
+    """(a, T) for a serial, parallel or parallel-sum loop over `a.outer(T)`, (a, None) for one
+    over `a` itself (a named axis), else None."""
+    if statement.op != "Stmt.loop" or statement.args[1] not in ROW_BLOCK_KINDS:
         return None
     axis = statement.args[0]
     assert isinstance(axis, Term)
@@ -147,16 +169,81 @@ def _row_local(statement: Term, row_axis: Term) -> bool:
     )
 
 
-def _runs(statements: list[Term], start: int) -> Iterator[tuple[Term, list[Term]]]:
+def _runs(statements: list[Term], start: int) -> Iterator[tuple[Term, list[tuple[int, Term]]]]:
     """(a, run) for each axis `a` over whose blocks `statements[start]` may run: the longest
-    run of statements from `start` that may fuse over blocks of `a` (conditions 1 and 2)."""
+    run of statements from `start` that may fuse over blocks of `a` (conditions 1 and 2), as
+    (position, statement) pairs, each statement maybe with another axis renamed `a`
+    (`_on_rows`). A statement that cannot join the run but commutes with it is skipped: it
+    will run before the fused loop."""
     for row_axis in _row_axes(statements[start]):
-        run = [statements[start]]
-        for statement in statements[start + 1 :]:
-            if row_axis not in _row_axes(statement) or not _rows_local([*run, statement], row_axis):
+        run = [(start, statements[start])]
+        for position in range(start + 1, len(statements)):
+            statement = statements[position]
+            joining = _on_rows(statement, row_axis, [s for _, s in run])
+            if joining is not None:
+                run.append((position, joining))
+            elif not all(_commute(statement, s) for _, s in run):
                 break
-            run.append(statement)
         yield row_axis, run
+
+
+def _on_rows(statement: Term, row_axis: Term, run: list[Term]) -> Term | None:
+    """`statement` as it may join `run` over blocks of `row_axis` (conditions 1 and 2):
+    itself, or with one of its row axes of the same extent that it only sums over renamed
+    `row_axis` (`_renamed`: `x.T @ r` sums over the rows of x through an axis k that the nest
+    computing r calls i0); None when neither may. (Lowering names an output dimension by its
+    position, so passes writing the same rows already share its name; an axis summed over has a
+    name of its own.)"""
+    candidates = [statement] + [
+        renamed
+        for axis in _row_axes(statement)
+        if axis != row_axis and axis.args[1] == row_axis.args[1]
+        if not any(depends_on(target, axis) for target in _targets(statement))
+        if (renamed := _renamed(statement, axis, row_axis)) is not None
+    ]
+    for candidate in candidates:
+        if row_axis in _row_axes(candidate) and _rows_local([*run, candidate], row_axis):
+            return candidate
+    return None
+
+
+def _renamed(statement: Term, old: Term, new: Term) -> Term | None:
+    """`statement` with named axis `old` renamed `new`, and every other axis of `new`'s name
+    given `old`'s (a loop's variable is named after its axis); None when two of its named axes
+    would then be one, or share a name. Every axis of a top-level statement is bound by a loop
+    in it, so this renames bound variables only: the statement computes the same."""
+    new_name, old_name = new.args[0], old.args[0]
+
+    def visit(term: Term) -> Term:
+        if term.op == "Axis.named":
+            if term == old:
+                return new
+            return (
+                Term("Axis.named", (old_name, term.args[1])) if term.args[0] == new_name else term
+            )
+        return Term(term.op, tuple(visit(a) if isinstance(a, Term) else a for a in term.args))
+
+    renamed = visit(statement)
+    before, after = _named_axes(statement), _named_axes(renamed)
+    return renamed if len({a.args[0] for a in after}) == len(after) == len(before) else None
+
+
+def _named_axes(statement: Term) -> set[Term]:
+    """The named axes that the loops of `statement` walk."""
+    return {
+        axis
+        for s in statements_in(statement)
+        if s.op == "Stmt.loop"
+        for axis in pieces_of(s.args[0])  # type: ignore[arg-type]
+        if axis.op == "Axis.named"
+    }
+
+
+def _commute(first: Term, second: Term) -> bool:
+    """True when neither statement writes a buffer the other touches: they may run in either
+    order."""
+    first_touched, second_touched = buffers_accessed(first), buffers_accessed(second)
+    return not (set(_written(first)) & second_touched or set(_written(second)) & first_touched)
 
 
 def _rows_local(run: list[Term], row_axis: Term) -> bool:
@@ -180,6 +267,13 @@ def _first_is(index_list: Term, row_axis: Term) -> bool:
     return bool(items) and items[0] == Term("Index.axis", (row_axis,))
 
 
+def _targets(statement: Term) -> Iterator[Term]:
+    """The index lists through which `statement` stores or accumulates."""
+    for s in statements_in(statement):
+        if s.op in ("Stmt.store", "Stmt.accumulate"):
+            yield s.args[1]  # type: ignore[misc]
+
+
 def _written(statement: Term) -> Iterator[str]:
     """The buffers stored or accumulated into inside `statement`."""
     for s in statements_in(statement):
@@ -188,25 +282,28 @@ def _written(statement: Term) -> Iterator[str]:
 
 
 def _common_tiles(
-    run: list[Term],
+    positioned: list[tuple[int, Term]],
     row_axis: Term,
     statements: list[Term],
     shapes: Mapping[str, tuple[int, ...]],
     block_elements: float,
 ) -> list[int | None]:
-    """The tiles T to try for `run` (some of `statements`, whose temporaries have `shapes`):
+    """The tiles T to try for the run `positioned` (statements at positions of `statements`,
+    whose temporaries have `shapes`):
     the run's own tiles in first-seen order, then the powers of two from MIN_BLOCK below the
     extent, each only if its block of every temporary that only the run touches has at most
     `block_elements` elements (the smallest tile when none does); [None] first when every
     statement is a loop over the axis itself (they may fuse over it). `_fused` tells which
     every statement can take."""
+    run = [s for _, s in positioned]
     owns = [_own_tile(s, row_axis) for s in run]
     extent = int(row_axis.args[1])  # type: ignore[arg-type]
     powers = [1 << k for k in range(MIN_BLOCK.bit_length() - 1, extent.bit_length())]
     tiles = list(
         dict.fromkeys([*(t for _, t in owns if t is not None), *(p for p in powers if p < extent)])
     )
-    others = [s for s in statements if all(s is not r for r in run)]
+    inside = {position for position, _ in positioned}
+    others = [s for position, s in enumerate(statements) if position not in inside]
     row_elements = max(
         (
             math.prod(shape[1:])
@@ -228,8 +325,9 @@ def _fused(run: list[Term], row_axis: Term, tile: int | None) -> Term | None:
     if any(part is None for part in parts):
         return None
     axis = row_axis if tile is None else Term("Axis.outer", (row_axis, tile))
-    independent = all(s.args[1] == PARALLEL or not _own_tile(s, row_axis)[0] for s in run)
-    return Term("Stmt.loop", (axis, PARALLEL if independent else SERIAL, seq(parts)))  # type: ignore[arg-type]
+    kinds = {s.args[1] for s in run if _own_tile(s, row_axis)[0]}  # row-local ones: parallel
+    kind = SERIAL if SERIAL in kinds else PARALLEL_SUM if PARALLEL_SUM in kinds else PARALLEL
+    return Term("Stmt.loop", (axis, kind, seq(parts)))  # type: ignore[arg-type]
 
 
 def _block_part(statement: Term, row_axis: Term, tile: int | None) -> Term | None:
@@ -283,7 +381,7 @@ def _in_block(statement: Term, row_axis: Term, tile: int) -> Term:
         if term.op == "Stmt.loop":
             axis, kind, body = term.args
             axis = block if axis == row_axis else visit(axis)  # type: ignore[arg-type]
-            kind = SERIAL if kind == PARALLEL else kind
+            kind = SERIAL if kind in (PARALLEL, PARALLEL_SUM) else kind
             return Term("Stmt.loop", (axis, kind, visit(body)))  # type: ignore[arg-type]
         if term.op in ("Axis.outer", "Axis.inner") and term.args[0] == row_axis:
             return Term(term.op, (block, term.args[1]))

@@ -14,9 +14,9 @@ import eqsat
 from eqsat.core.interp import run
 from eqsat.core.loops import top_allocations, top_statements
 from eqsat.core.pretty import format_loops
-from eqsat.core.terms import LoopProgram, Term
+from eqsat.core.terms import LoopProgram, Term, index_list
 from eqsat.rewrites.lowering import seq
-from eqsat.rewrites.row_blocks import fuse_row_blocks
+from eqsat.rewrites.row_blocks import _renamed, fuse_row_blocks
 from tests.isas import ISAS, VECTOR_ISAS
 from tests.machines import PINNED
 from tests.programs import agrees_with_interpreter, assert_variant_agrees
@@ -271,3 +271,89 @@ def test_fused_row_blocks_compile_to_the_interpreters_values(isa: str, passes: s
     fused = program.with_body(fuse_row_blocks(program.body, fewest_statements))
     assert fused.body != program.body
     agrees_with_interpreter(LoopProgram(fused.body, fused.inputs, fused.outputs, "float32"), isa)
+
+
+def weights_then_weighted_sums(between: Term | None = None) -> LoopProgram:
+    """t0[i0] = x[i0, 0] * 2 over blocks of 8 rows (parallel); out0 = 0; then out0[i1] +=
+    x[k, i1] * t0[k] over blocks of 4 rows in a parallel sum, k the rows under another name
+    (as lowering names `x.T @ r`'s contraction), and the columns an axis named i0 (20 of them):
+    x.T @ (x[:, 0] * 2). `between`, if given, runs after the zeroing."""
+    k, columns = named("k", ROWS), named("i0", COLUMNS)
+    first = Term("Index.const", (0,))
+    weight = binary(
+        "mul", load("in0", index_list([plain(ROW), first])), Term("Scalar.const", (2.0,))
+    )
+    produce = nest(
+        [(outer(ROW, 8), "parallel", ()), (inner(ROW, 8), "serial", ())],
+        Term("Stmt.store", ("t0", at(ROW), weight)),
+    )
+    zero = nest(
+        [(columns, "vector", ())],
+        Term("Stmt.store", ("out0", at(columns), Term("Scalar.const", (0.0,)))),
+    )
+    product = binary("mul", load("in0", at(k, columns)), load("t0", at(k)))
+    sums = nest(
+        [(outer(k, 4), "parallel_sum", ()), (inner(k, 4), "serial", ()), (columns, "vector", ())],
+        Term("Stmt.accumulate", ("out0", at(columns), "sum", product)),
+    )
+    statements = [produce, zero, *([between] if between is not None else []), sums]
+    body = Term("Stmt.alloc", ("t0", (ROWS,), seq(statements)))
+    return LoopProgram(body, (("x", (ROWS, COLUMNS)),), ((COLUMNS,),), "float64")
+
+
+def plain(axis: Term) -> Term:
+    return Term("Index.axis", (axis,))
+
+
+def test_a_sum_over_the_rows_fuses_with_the_pass_computing_its_weights() -> None:
+    """The parallel sum's rows (k) are the weights' rows (i0) renamed: the two run as one
+    parallel-sum loop over blocks of rows, its columns' axis renamed k (i0 is taken), and the
+    zeroing of the sums, which commutes with the weights' pass, runs before it."""
+    program = weights_then_weighted_sums()
+    body = fuse_row_blocks(program.body, fewest_statements)
+    zero, fused = top_statements(top_allocations(body)[1])
+    assert zero == top_statements(program.body.args[2])[1]  # type: ignore[arg-type]
+    text = format_loops(fused)
+    assert text.startswith("for i0.outer(8) in 0..3 parallel sum:"), text
+    assert "out0[k] += (in0[i0, k] * t0[i0])" in text, text
+    x = {"x": np.random.default_rng(3).standard_normal((ROWS, COLUMNS))}
+    want = run(program, x, dtype=np.float64)[0]
+    assert_variant_agrees(run(program.with_body(body), x, dtype=np.float64)[0], want, body)
+
+
+def test_a_sum_over_the_rows_stays_apart_from_a_pass_whose_results_it_needs_first() -> None:
+    """A statement between the passes reads the weights: it cannot run before the fused loop,
+    and the run stops at it."""
+    first = index_list([Term("Index.const", (0,))])
+    between = Term("Stmt.store", ("out0", first, load("t0", first)))  # out0[0] = t0[0]
+    program = weights_then_weighted_sums(between)
+    assert fuse_row_blocks(program.body, fewest_statements) == program.body
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_a_fused_parallel_sum_compiles_to_the_interpreters_values(isa: str) -> None:
+    """The fused parallel-sum loop, its columns' sums kept per thread, in C at every ISA."""
+    program = weights_then_weighted_sums()
+    fused = program.with_body(fuse_row_blocks(program.body, fewest_statements))
+    assert fused.body != program.body
+    agrees_with_interpreter(LoopProgram(fused.body, fused.inputs, fused.outputs, "float32"), isa)
+
+
+def test_renaming_fail_two_axes_would_become_one() -> None:
+    """Renaming k (24) i0 gives the statement's i0 (20) the name k: refused where the statement
+    already has a k of 20 (the two would be one axis), allowed where it has not."""
+    k, columns, other = named("k", ROWS), named("i0", COLUMNS), named("k", COLUMNS)
+    one = Term("Scalar.const", (1.0,))
+    sums = nest(
+        [(k, "serial", ()), (columns, "serial", ())],
+        Term("Stmt.accumulate", ("out0", at(columns), "sum", one)),
+    )
+    assert _renamed(sums, k, ROW) == nest(
+        [(ROW, "serial", ()), (named("k", COLUMNS), "serial", ())],
+        Term("Stmt.accumulate", ("out0", at(named("k", COLUMNS)), "sum", one)),
+    )
+    both = nest(
+        [(k, "serial", ()), (other, "serial", ()), (columns, "serial", ())],
+        Term("Stmt.accumulate", ("out0", at(columns), "sum", one)),
+    )
+    assert _renamed(both, k, ROW) is None

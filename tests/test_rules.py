@@ -43,8 +43,9 @@ LOOP_IDENTITIES = (
     *FUSION,
     *annotate_identities(4, 2),
 )
-# Rules that only match what another rule made: the inner loop of a cache tile is split again.
-PREREQUISITES = {"split-tile-4-2": split_identity(4)}
+# Rules that only match what another rule made: the inner loop of a cache tile is split again;
+# a loop over a reduced axis is outside every other loop once interchanged.
+PREREQUISITES = {"split-tile-4-2": split_identity(4), "parallelize-sum": INTERCHANGE[0]}
 
 
 def saturate_with(identity: Identity, body: Term, rounds: int = 4) -> tuple[SerializedGraph, int]:
@@ -86,10 +87,14 @@ def test_loop_rule_is_sound(identity: Identity, program: Program, seed: int) -> 
 
 @pytest.mark.parametrize("identity", LOOP_IDENTITIES, ids=lambda i: i.name)
 def test_loop_rule_fires_on_a_matmul_epilogue(identity: Identity) -> None:
-    """Each loop rule applies somewhere in relu(x @ W + b): the soundness test is not vacuous."""
+    """Each loop rule applies somewhere in relu(x @ W + b), or for a rule about sums over a
+    loop outside all others, in xᵀ @ y: the soundness test is not vacuous."""
     x, w, b = (TExpr.input(n, s, "float64") for n, s in [("x", (4, 6)), ("W", (6, 8)), ("b", (8,))])
-    program = lower([to_term(TExpr.unary("relu", TExpr.binary("add", TExpr.matmul(x, w), b)))])  # type: ignore[list-item]
-    _, matches = saturate_with(identity, program.body)
+    expr = TExpr.unary("relu", TExpr.binary("add", TExpr.matmul(x, w), b))
+    if identity.name == "parallelize-sum":  # xᵀ @ y: its loop over k sums into the output
+        y = TExpr.input("y", (4, 1), "float64")
+        expr = TExpr.matmul(TExpr.transpose(x, (1, 0)), y)  # type: ignore[arg-type]
+    _, matches = saturate_with(identity, lower([to_term(expr)]).body)  # type: ignore[list-item]
     assert matches > 0
 
 
@@ -208,6 +213,21 @@ def test_parallelize_fail_reduction_across_iterations() -> None:
         Term("Stmt.accumulate", ("out0", at(plain(AXIS_I)), "sum", load("in0", at(plain(AXIS_I))))),
     )
     assert applies(parallel, rows)
+
+
+def test_parallelize_sum_fail_buffer_not_shared_or_not_only_summed() -> None:
+    parallel_sum = next(i for i in annotate_identities(4, 2) if i.name == "parallelize-sum")
+
+    def over_i(target: Term, op: str = "sum", value: Term | None = None) -> Term:
+        value = load("in0", at(plain(AXIS_I))) if value is None else value
+        return loop(AXIS_I, Term("Stmt.accumulate", ("out0", target, op, value)))
+
+    assert applies(parallel_sum, over_i(at()))  # every iteration sums into out0[]
+    assert not applies(parallel_sum, over_i(at(plain(AXIS_I))))  # nothing shared: parallelize
+    assert not applies(parallel_sum, over_i(at(), "max"))  # only sums are added up per thread
+    assert not applies(parallel_sum, over_i(at(), value=load("out0", at())))  # reads its sum
+    store = Term("Stmt.store", ("out0", at(), load("in0", at(plain(AXIS_I)))))
+    assert not applies(parallel_sum, loop(AXIS_I, Term("Stmt.seq", (store, over_i(at()).args[2]))))
 
 
 def test_split_fail_extent_not_larger_than_the_tile() -> None:

@@ -468,3 +468,30 @@ def row_loop_of(statements: list[Term], buffer: str, shape: tuple[int, ...]) -> 
         return None
     plain = Term("Index.axis", (row_axis,))
     return loop if all(index_items(ix)[0] == plain for ix in accesses(loop, buffer)) else None
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def privatized(axis: Term, body: Term) -> tuple[str, ...]:
+    """The buffers a parallel-sum loop over `axis` around `body` sums into per thread: those
+    `body` accumulates with op sum, other than the temporaries it allocates, that its iterations
+    share: no dimension holds the plain named axis `axis` walks in every index list through which
+    `body` touches the buffer (the complement of `eqsat.rewrites.analysis`' partitioned buffers).
+    The emitter gives each thread a zeroed copy of each, and adds the copies into the buffer in
+    thread order after the loop; the cost model prices that. In sorted order. (Cached.)"""
+    named = pieces_of(axis)[-1]
+    plain = Term("Index.axis", (named,))
+    own = {str(s.args[0]) for s in statements_in(body) if s.op == "Stmt.alloc"}
+    summed = {
+        str(s.args[0])
+        for s in statements_in(body)
+        if s.op == "Stmt.accumulate" and s.args[2] == "sum"
+    }
+    shared = []
+    for buffer in sorted(summed - own):
+        lists = [index_items(ix) for ix in accesses(body, buffer)]
+        dims = set.intersection(
+            *({d for d, item in enumerate(items) if item == plain} for items in lists)
+        )
+        if not dims:
+            shared.append(buffer)
+    return tuple(shared)

@@ -132,6 +132,7 @@ def format_loops(t: Term, depth: int = 0) -> str:
             mark = {
                 "LoopKind.serial": "",
                 "LoopKind.parallel": " parallel",
+                "LoopKind.parallel_sum": " parallel sum",
                 "LoopKind.vector": f" vector({kind.args[0] if kind.args else ''})",
                 "LoopKind.unroll": f" unroll({kind.args[0] if kind.args else ''})",
             }[kind.op]

@@ -264,6 +264,11 @@ class LoopKind(Expr):
     def parallel(cls) -> LoopKind: ...
 
     @classmethod
+    def parallel_sum(cls) -> LoopKind:
+        """Parallel, with the sums into buffers its iterations share kept per thread and added
+        in thread order after the loop (`eqsat.core.loops.privatized`)."""
+
+    @classmethod
     def vector(cls, width: i64Like) -> LoopKind: ...
 
     @classmethod
