@@ -1,4 +1,4 @@
-"""Calls of one function spread over worker processes: `parallel_map` (ARCHITECTURE §5).
+"""Calls of one function spread over worker processes: `parallel_map` (ARCHITECTURE §10).
 
 The loop stage searches the parts of a program (`eqsat.rewrites.partition`) each on its own; on
 a machine of several cores they run at once, the calling thread taking one part at a time and
