@@ -55,6 +55,18 @@ BASE_FLAGS = (
 # Loading a library built with these turns on flush-to-zero for the whole Python process.
 FORBIDDEN_FLAGS = frozenset({"-ffast-math", "-Ofast", "-funsafe-math-optimizations"})
 
+# The headers a kernel includes: every kernel, one with a parallel region (THREADS_PREAMBLE),
+# one with vectors. The precompiled prelude holds them all (PRELUDE).
+KERNEL_HEADERS = ("math.h", "stdint.h", "stdlib.h")
+THREADS_HEADERS = ("omp.h", "sched.h", "unistd.h")
+VECTOR_HEADER = "immintrin.h"
+
+
+def include_lines(headers: Sequence[str]) -> str:
+    """`#include <h>` lines of `headers`, each ending in a newline."""
+    return "".join(f"#include <{header}>\n" for header in headers)
+
+
 # A parallel region's worker threads keep off the CPU of the thread that starts it. Woken from
 # sleep (OPENMP_WAIT below), Linux may place a worker on its waker's CPU, and both then share
 # one core until the load balancer moves one, milliseconds later: a 1024^3 product after idle
@@ -62,10 +74,7 @@ FORBIDDEN_FLAGS = frozenset({"-ffast-math", "-Ofast", "-funsafe-math-optimizatio
 # other CPUs (its main thread's affinity); no state is kept, so the kernels of many libraries,
 # sharing libgomp's workers, agree. The calling thread's own affinity is never touched.
 # It requires: the C file starts with `#define _GNU_SOURCE`.
-THREADS_PREAMBLE = """#include <omp.h>
-#include <sched.h>
-#include <unistd.h>
-
+THREADS_PREAMBLE = include_lines(THREADS_HEADERS) + """
 static int eq_keep_off(int cpu) {
     const int here = sched_getcpu();
     if (omp_get_thread_num() == 0 || cpu < 0 || here != cpu) return here;
@@ -400,17 +409,11 @@ def _run_gcc(commands: Sequence[list[str]], c_path: Path) -> None:
 # kernel's source: parsing them (immintrin.h above all) took 0.16 s of a 0.78 s compile of
 # multi-head attention (docs/MEASUREMENTS.md). A kernel's source keeps its own #includes, so
 # it compiles on its own; after the prelude they change nothing.
-PRELUDE = """#define _GNU_SOURCE
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <omp.h>
-#include <sched.h>
-#include <unistd.h>
-#ifdef __AVX2__
-#include <immintrin.h>
-#endif
-"""
+PRELUDE = (
+    "#define _GNU_SOURCE\n"
+    + include_lines(KERNEL_HEADERS + THREADS_HEADERS)
+    + f"#ifdef __AVX2__\n#include <{VECTOR_HEADER}>\n#endif\n"
+)
 _prelude_failures: set[tuple[str, ...]] = set()  # flags whose precompiled prelude did not build
 PRELUDE_FILES = "eqsat-prelude-*"  # the header, its lock and its precompiled copies, by glob
 
