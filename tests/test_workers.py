@@ -8,7 +8,9 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -158,3 +160,15 @@ def test_a_reply_that_does_not_load_reruns_its_task_here() -> None:
     """(and no thread of the pool dies of it)"""
     with pytest.raises(_Unloadable, match="value 0"):
         parallel_map(_raise_unloadable, [(n,) for n in range(4)], timeout=30)
+
+
+def _lock_after(seconds: float) -> Any:
+    """An object that does not pickle, after `seconds` (so that the worker takes some tasks)."""
+    time.sleep(seconds)
+    return threading.Lock()
+
+
+@pytest.mark.usefixtures("one_worker")
+def test_a_result_that_does_not_pickle_is_computed_in_the_calling_thread() -> None:
+    results = parallel_map(_lock_after, [(0.3,)] * 4, timeout=30)
+    assert all(isinstance(result, type(threading.Lock())) for result in results)

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, BinaryIO
+from typing import Any
 
 WORKERS_VARIABLE = "EQSAT_WORKERS"
 # A worker's process runs this; it may import what the calls' functions need (their modules are
@@ -142,9 +142,9 @@ class _Worker:
         )
 
     def call(self, function: Callable[..., Any], task: tuple[Any, ...]) -> tuple[bool, Any] | None:
-        """The outcome of `function(*task)` in the worker (as `_outcome`), or None if the call
-        did not pickle, its reply did not load, or the worker died or was stopped before it
-        answered (then the worker is stopped)."""
+        """The outcome of `function(*task)` in the worker (as `_outcome`), or None if the call or
+        its outcome did not pickle, its reply did not load, or the worker died or was stopped
+        before it answered (in those last cases the worker is stopped)."""
         assert self.process.stdin is not None and self.process.stdout is not None
         try:
             request = pickle.dumps((function, task))
@@ -183,24 +183,21 @@ def _close_pool() -> None:
         worker.close()
 
 
-def serve(requests: BinaryIO | None = None, replies: BinaryIO | None = None) -> None:
-    """A worker's loop: read (function, task) pairs and write each `_outcome` back, until the
-    requests end. By default on stdin, and on the stdout the process started with, which is
-    then pointed at stderr so that nothing printed reaches the replies."""
-    if requests is None or replies is None:
-        requests, replies = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
-        os.dup2(2, 1)
+def serve() -> None:
+    """A worker's loop: read (function, task) pairs on stdin and write each `_outcome` back,
+    until stdin ends; None for an outcome that does not pickle (the caller runs that task
+    itself). The replies go to the stdout the process started with, which is then pointed at
+    stderr so that nothing printed reaches them."""
+    requests, replies = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
     while True:
         try:
             function, task = pickle.load(requests)
         except EOFError:
             return
-        outcome = _outcome(function, task)
         try:
-            reply = pickle.dumps(outcome)
-        except Exception as error:  # an unpicklable result or exception
-            reply = pickle.dumps(
-                (False, RuntimeError(f"a worker's answer did not pickle: {error}"))
-            )
+            reply = pickle.dumps(_outcome(function, task))
+        except Exception:  # an unpicklable result or exception
+            reply = pickle.dumps(None)
         replies.write(reply)
         replies.flush()
