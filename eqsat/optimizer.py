@@ -504,7 +504,7 @@ def _schedule_part(
     e-class kept in extraction if `few`, or the e-graph is large). It runs in a worker process
     as well (`eqsat.core.workers`): it depends on its arguments alone."""
     cost = LoopCost(machine, dtype)
-    egraph, report = schedule(piece, machine, cost.dtype, limits, progress=progress.iteration)
+    egraph, report = schedule(piece, machine, dtype, limits, progress=progress.iteration)
     with owned_egraph(egraph):
         graph = SerializedGraph(egraph)
     progress.extracting(report.stage, graph.size)
