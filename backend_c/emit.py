@@ -34,6 +34,7 @@ from eqsat.backend_c.build import (
 from eqsat.backend_c.isa import VECTOR_FUNCTIONS, VectorIsa, scalar_preamble, sign_helper
 from eqsat.backend_c.vmath import vector_math
 from eqsat.core.loops import (
+    PARALLEL_KINDS,
     RegisterTile,
     access_kind,
     axis_extent,
@@ -914,7 +915,6 @@ _ARITH = frozenset({"add", "sub", "mul", "div", "max", "min"})
 # Temporaries up to this size live on the stack (an OpenMP thread's stack is at least 2 MiB);
 # larger ones come from the heap.
 STACK_TEMPORARY_BYTES = 64 * 1024
-PARALLEL_KINDS = ("LoopKind.parallel", "LoopKind.parallel_sum")
 # Vector accumulators of a horizontal reduction (sums may be reassociated, ARCHITECTURE §4):
 # on one chain, each FMA waits for the last one's latency, which held a matrix-vector row well
 # below the load rate (docs/MEASUREMENTS.md).

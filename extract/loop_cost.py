@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from eqsat.core.loops import (
+    PARALLEL_KINDS,
     RegisterTile,
     axis_extent,
     depends_on,
@@ -317,7 +318,7 @@ class LoopCost:
         if vectorized and horizontal(axis, body_term):
             compute -= trips * HORIZONTAL_STEP_SAVING - HORIZONTAL_FINISH
         estimate = self.combine(touched, [body.estimate], trips, compute)
-        if kind.op not in ("LoopKind.parallel", "LoopKind.parallel_sum"):
+        if kind.op not in PARALLEL_KINDS:
             return _Statement.of(estimate, touched)
         cores = min(self.machine.cores, trips)  # a loop of one trip runs on one core
         busiest = busiest_share(axis, self.machine.cores)

@@ -25,6 +25,8 @@ MASKED_ISAS = frozenset({"avx512"})  # vector loops end in a masked vector (else
 # register tiles may hold a partial vector, loaded and stored under a lane mask (AVX2: maskload
 # and maskstore; a partial tile of plain loops made narrow products 1.5-2.7x slower there)
 MASKED_TILE_ISAS = frozenset({"avx512", "avx2"})
+# the loop kinds that run their iterations on threads (a parallel sum: `privatized`)
+PARALLEL_KINDS = frozenset({"LoopKind.parallel", "LoopKind.parallel_sum"})
 
 
 def base_axis(axis: Term) -> Term | None:
