@@ -44,6 +44,7 @@ from eqsat.core.loops import (
     privatized,
     register_tile,
     split_tile,
+    statements_in,
     streamed_store,
     transposed_loads,
     trip_runs,
@@ -281,6 +282,12 @@ class _Emitter:
                     self.line(f"{target} += {value};")
                 else:
                     self.line(f"{target} = {self.scalar_combine(str(a[2]), target, value)};")
+            case "Stmt.guard":
+                self.line(f"if ({self.index_expr(a[0])} <= {a[1]}) {{")  # type: ignore[arg-type]
+                self.depth += 1
+                self.statement(a[2])  # type: ignore[arg-type]
+                self.depth -= 1
+                self.line("}")
             case "Stmt.alloc":
                 name, shape = _identifier(str(a[0])), tuple(a[1])  # type: ignore[arg-type]
                 self.shapes[name] = shape  # type: ignore[assignment]
@@ -336,7 +343,10 @@ class _Emitter:
             self.line("eq_join(&team);")
             for buffer in shared:
                 self.thread_copy(buffer)
-            self.line("#pragma omp for schedule(static) nowait")
+            # iterations that may skip their work (a guard) go round-robin: a causal mask's
+            # blocks below the diagonal grow with the row, contiguous halves would not balance
+            guarded = any(x.op == "Stmt.guard" for x in statements_in(body))
+            self.line(f"#pragma omp for schedule(static{', 1' if guarded else ''}) nowait")
         elif kind.op == "LoopKind.unroll":
             self.line(f"#pragma GCC unroll {kind.args[0]}")
         self.line(f"for (int64_t {var} = 0; {var} < {extent}; ++{var}) {{")

@@ -39,6 +39,7 @@ from eqsat.rewrites.algebra_facts import algebra_facts
 from eqsat.rewrites.contraction import contract_temporaries
 from eqsat.rewrites.flatten import flatten, is_flattenable
 from eqsat.rewrites.lowering import collect_inputs, lower
+from eqsat.rewrites.masked_blocks import skip_masked_blocks
 from eqsat.rewrites.packing import pack_panels
 from eqsat.rewrites.partition import joined, parts
 from eqsat.rewrites.row_blocks import fuse_row_blocks
@@ -318,8 +319,10 @@ class Optimized:
 
 def after_extraction(program: LoopProgram, body: Term) -> LoopProgram:
     """`program` running the extracted nest `body` after the passes that follow extraction:
-    temporaries contracted into their row loops, then reused operand panels packed."""
-    return pack_panels(program.with_body(contract_temporaries(body)))
+    temporaries contracted into their row loops, reused operand panels packed, then blocks a
+    mask discards skipped."""
+    packed = pack_panels(program.with_body(contract_temporaries(body)))
+    return packed.with_body(skip_masked_blocks(packed.body))
 
 
 def _perturbed(cost: NodeCost, rng: random.Random) -> NodeCost:

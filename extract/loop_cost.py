@@ -261,6 +261,8 @@ class LoopCost:
                 return _Statement.of(estimate, body.touched)
             case "Stmt.loop":
                 return self.loop(statement)
+            case "Stmt.guard":  # priced as if it always held: an upper bound
+                return self._statement(a[2])  # type: ignore[arg-type]
         raise ValueError(f"not a statement: {statement.op}")
 
     # ------------------------------------------------------------ statements

@@ -221,6 +221,9 @@ class _Machine:
                 element = self.element(a[1])  # type: ignore[arg-type]
                 value = self.scalar(a[3])  # type: ignore[arg-type]
                 buffer[element] = REDUCE_COMBINE[str(a[2])](buffer[element], value)
+            case "Stmt.guard":
+                if self.index(a[0]) <= int(a[1]):  # type: ignore[arg-type]
+                    self.execute(a[2])  # type: ignore[arg-type]
             case "Stmt.alloc":
                 name = str(a[0])
                 # Garbage, not zeros: a program that reads a temporary before writing it is wrong.

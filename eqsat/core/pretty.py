@@ -145,6 +145,9 @@ def format_loops(t: Term, depth: int = 0) -> str:
         case "Stmt.accumulate":
             op = {"sum": "+=", "max": "max=", "prod": "*="}[str(a[2])]
             return f"{pad}{_element(a[0], a[1])} {op} {format_scalar(a[3])}"  # type: ignore
+        case "Stmt.guard":
+            head = f"{pad}if {_index(a[0])} <= {a[1]}:"  # type: ignore[arg-type]
+            return head + "\n" + format_loops(a[2], depth + 1)  # type: ignore[arg-type]
         case "Stmt.alloc":
             head = f"{pad}alloc {a[0]}{list(a[1])}:"  # type: ignore[arg-type]
             return head + "\n" + format_loops(a[2], depth + 1)  # type: ignore[arg-type]

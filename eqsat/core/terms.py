@@ -299,6 +299,11 @@ class Stmt(Expr):
     def alloc(cls, buffer: StringLike, shape: VecLike[i64, i64Like], body: Stmt) -> Stmt:
         """A temporary buffer of the program's dtype, live during `body`."""
 
+    @classmethod
+    def guard(cls, index: Index, limit: i64Like, body: Stmt) -> Stmt:
+        """if index <= limit: body. Placed after extraction only (`eqsat.rewrites.masked_blocks`),
+        never in an e-graph."""
+
 
 class Footprint(Expr):
     """Analysis value: the one index list through which a statement touches a buffer."""
