@@ -38,6 +38,7 @@ from eqsat.core.loops import (
     RegisterTile,
     access_kind,
     axis_extent,
+    depends_on,
     has_remainder,
     horizontal,
     moves_with,
@@ -690,6 +691,7 @@ class _Emitter:
                 names[mask] = f"lanes{len(names)}"
                 self.line(f"const {vector.mask_type} {names[mask]} = {mask};")
         copies = [(binding, names.get(mask, mask)) for binding, mask in copies]  # type: ignore
+        enclosing = self.scope[-1] if self.scope else None
         self.scope.extend(inner_axes)
         elements = []
         for n, (binding, mask) in enumerate(copies):
@@ -700,6 +702,8 @@ class _Emitter:
                 self.line(f"{vector.vtype} acc{n} = {vector.load('&' + element, mask)};")
             else:
                 self.line(f"{self.ctype} acc{n} = {element};")
+        if vector is not None and enclosing is not None and depends_on(target, enclosing):
+            self.prefetch_next_tile(str(buffer), target, copies, enclosing)
         var, extent = axis_var(axis), self.trips_expr(axis)
         self.line(f"for (int64_t {var} = 0; {var} < {extent}; ++{var}) {{")
         self.depth += 1
@@ -725,6 +729,25 @@ class _Emitter:
         del self.scope[len(self.scope) - len(inner_axes) :]
         self.depth -= 1
         self.line("}")
+
+    def prefetch_next_tile(
+        self,
+        buffer: str,
+        target: Term,
+        copies: list[tuple[dict[Term, str], str | None]],
+        enclosing: Term,
+    ) -> None:
+        """Prefetch hints for the accumulators of the tile that the next iteration of the loop
+        over `enclosing` (around the tile's loop, moving its `target`) loads. Tiles of a product's
+        output rows are a row apart and come back from L2 or L3 after the other tiles ran; loaded
+        only as a tile starts, they stall it (a 1024-cubed product ran 3-8% faster prefetched,
+        docs/MEASUREMENTS.md). A hint past the buffer's end, after the last iteration, does not
+        fault."""
+        self.fixed[enclosing] = f"({axis_var(enclosing)} + 1)"
+        for binding, _ in copies:
+            self.fixed.update(binding)
+            self.line(f"_mm_prefetch((const char *)&{self.element(buffer, target)}, _MM_HINT_T0);")
+        del self.fixed[enclosing]
 
     def vector_update(
         self, op: str, acc: str, value: Term, axis: Term, mask: str | None = None

@@ -96,6 +96,10 @@ void eqsat_kernel(const float *restrict in0, const float *restrict in1, float *r
                 __m512 acc1 = _mm512_loadu_ps(&out0[(i0_o4 * 4 + 1) * 32 + (i1_o16 * 16 + 0)]);
                 __m512 acc2 = _mm512_loadu_ps(&out0[(i0_o4 * 4 + 2) * 32 + (i1_o16 * 16 + 0)]);
                 __m512 acc3 = _mm512_loadu_ps(&out0[(i0_o4 * 4 + 3) * 32 + (i1_o16 * 16 + 0)]);
+                _mm_prefetch((const char *)&out0[(i0_o4 * 4 + 0) * 32 + ((i1_o16 + 1) * 16 + 0)], _MM_HINT_T0);
+                _mm_prefetch((const char *)&out0[(i0_o4 * 4 + 1) * 32 + ((i1_o16 + 1) * 16 + 0)], _MM_HINT_T0);
+                _mm_prefetch((const char *)&out0[(i0_o4 * 4 + 2) * 32 + ((i1_o16 + 1) * 16 + 0)], _MM_HINT_T0);
+                _mm_prefetch((const char *)&out0[(i0_o4 * 4 + 3) * 32 + ((i1_o16 + 1) * 16 + 0)], _MM_HINT_T0);
                 for (int64_t k = 0; k < 24; ++k) {
                     acc0 = _mm512_fmadd_ps(_mm512_set1_ps(in0[(i0_o4 * 4 + 0) * 24 + k]), _mm512_loadu_ps(&in1[k * 32 + (i1_o16 * 16 + 0)]), acc0);
                     acc1 = _mm512_fmadd_ps(_mm512_set1_ps(in0[(i0_o4 * 4 + 1) * 24 + k]), _mm512_loadu_ps(&in1[k * 32 + (i1_o16 * 16 + 0)]), acc1);
