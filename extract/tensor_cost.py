@@ -73,15 +73,10 @@ class TensorCost:
 
     def shape(self, term: Term) -> Shape:
         """The shape of `term`, from its children's cached shapes (one level of inference)."""
-        if term not in self._shapes:
-            shallow = tuple(
-                Term("TExpr.input", ("child", self.shape(c), "float32"))
-                if isinstance(c, Term)
-                else c
-                for c in term.args
-            )
-            self._shapes[term] = shapes.infer(Term(term.op, shallow))
-        return self._shapes[term]
+        known = self._shapes.get(term)
+        if known is None:
+            known = self._shapes[term] = shapes.infer_node(term, self.shape)  # type: ignore[arg-type]
+        return known
 
 
 def work_flops(roots: Sequence[Term]) -> float:

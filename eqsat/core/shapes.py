@@ -17,7 +17,7 @@ from eqsat.core.errors import ShapeError
 from eqsat.core.term import Term
 
 Shape = tuple[int, ...]
-_ShapeOf = Callable[[object], Shape]
+ShapeOf = Callable[[object], Shape]
 
 
 def _is_int(value: object) -> TypeGuard[int | np.integer[Any]]:
@@ -160,13 +160,15 @@ def infer(term: Term) -> Shape:
         if not isinstance(node, Term):
             raise ValueError(f"not a tensor term: {node!r}")
         if node not in memo:
-            memo[node] = _infer_node(node, shape_of)
+            memo[node] = infer_node(node, shape_of)
         return memo[node]
 
     return shape_of(term)
 
 
-def _infer_node(term: Term, shape_of: _ShapeOf) -> Shape:
+def infer_node(term: Term, shape_of: ShapeOf) -> Shape:
+    """The shape of tensor term `term` from its tensor children's shapes, `shape_of(child)`
+    (`infer`'s requirements)."""
     args = term.args
     match term.op:
         case "TExpr.input":
