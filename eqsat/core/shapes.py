@@ -7,6 +7,7 @@ read-back tensor term (`eqsat.core.terms.Term`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeGuard
@@ -148,22 +149,18 @@ def reshape(shape: Shape, new_shape: Shape) -> Shape:
     return new_shape
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def infer(term: Term) -> Shape:
     """The shape of a tensor term (a read-back `TExpr`); each shared sub-term is visited once.
+    Memoized across calls: the compile's check and the subset programs ask it of every
+    sub-term of a program, which walked each sub-term's whole tree again.
 
     It requires: `term` is built from the `TExpr` constructors (ValueError otherwise), with
     compatible shapes and equal batch dims for `TExpr.matmul` (ShapeError otherwise).
     """
-    memo: dict[Term, Shape] = {}
-
-    def shape_of(node: object) -> Shape:
-        if not isinstance(node, Term):
-            raise ValueError(f"not a tensor term: {node!r}")
-        if node not in memo:
-            memo[node] = infer_node(node, shape_of)
-        return memo[node]
-
-    return shape_of(term)
+    if not isinstance(term, Term):
+        raise ValueError(f"not a tensor term: {term!r}")
+    return infer_node(term, infer)  # type: ignore[arg-type]
 
 
 def infer_node(term: Term, shape_of: ShapeOf) -> Shape:
