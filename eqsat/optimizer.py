@@ -27,7 +27,7 @@ from eqsat.core.pretty import format_loops, format_tensor
 from eqsat.core.progress import Progress
 from eqsat.core.saturate import saturate
 from eqsat.core.terms import EGGLOG_LOCK, Arg, LoopProgram, Term, owned_egraph, to_egglog, to_term
-from eqsat.core.workers import parallel_map
+from eqsat.core.workers import parallel_map, prestart
 from eqsat.extract.extractor import NodeCost, SerializedGraph
 from eqsat.extract.loop_cost import CACHE_USE, Estimate, LoopCost
 from eqsat.extract.machine import Machine
@@ -585,6 +585,7 @@ def _optimize(
     limits = limits or Limits()
     reporter = Progress(enabled=progress)
     machine = machine or calibrated_host(announce=reporter.say)
+    prestart(__name__)  # the loop stage's workers import this module during the algebra stage
     as_written = [to_term(t.expr) for t in tensors]
     assert all(isinstance(t, Term) for t in as_written)
     compute = dtypes.compute_dtype(any(t.needs_float64 for t in tensors))

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 import eqsat
+import eqsat.core.workers as worker_processes
 from eqsat.core.term import Term
-from eqsat.core.workers import WORKERS_VARIABLE, parallel_map, worker_count
+from eqsat.core.workers import WORKERS_VARIABLE, parallel_map, prestart, worker_count
 from eqsat.tools.whole_programs import attention_heads
 
 
@@ -57,6 +58,23 @@ def test_tasks_run_in_a_worker_too_and_come_back_in_order() -> None:
     assert len(pids) == 6
     assert os.getpid() in pids and len(set(pids)) == 2  # the calling thread and one worker
     assert parallel_map(abs, [(-n,) for n in range(20)], timeout=30) == list(range(20))
+
+
+def _imported_where(module: str) -> tuple[int, bool]:
+    return os.getpid(), module in sys.modules
+
+
+@pytest.mark.usefixtures("one_worker")
+def test_a_prestarted_worker_has_imported_its_module_before_its_first_call() -> None:
+    """`tabnanny` (imported by nothing here) is in the worker's modules before any call needs
+    it; the later calls run in that worker, not in a new one."""
+    for worker in worker_processes._pool:  # a worker of an earlier test did not preload it
+        worker.stop()
+    prestart("tabnanny")
+    outcomes = parallel_map(_imported_where, [("tabnanny",)] * 8, timeout=30)
+    elsewhere = [found for pid, found in outcomes if pid != os.getpid()]
+    assert elsewhere and all(elsewhere), outcomes
+    assert len({pid for pid, _ in outcomes} - {os.getpid()}) == 1
 
 
 @pytest.mark.usefixtures("one_worker")

@@ -6,8 +6,10 @@ each worker process another. Workers are plain Python processes that read calls 
 (`serve`), not `multiprocessing`'s: a forked child inherits egglog's thread-pool state without
 its threads, and an e-graph dropped there hung; a spawned one runs the user's main script again.
 
-A worker starts on first use, serves every later call of the process, and exits when its
-parent's end of the pipe closes (at exit, or if the parent dies). `$EQSAT_WORKERS` sets how many
+A worker starts on first use, or earlier by `prestart` (importing the module of the function it
+will run while the caller does other work: the optimizer starts its workers before the algebra
+stage), serves every later call of the process, and exits when its parent's end of the pipe
+closes (at exit, or if the parent dies). `$EQSAT_WORKERS` sets how many
 there are (0: everything runs in the calling thread); by default one less than the CPUs this
 process may run on.
 """
@@ -15,6 +17,7 @@ process may run on.
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import pickle
 import subprocess
@@ -25,9 +28,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 WORKERS_VARIABLE = "EQSAT_WORKERS"
-# A worker's process runs this; it may import what the calls' functions need (their modules are
-# found on the parent's sys.path, passed as PYTHONPATH).
-_SERVE = "from eqsat.core.workers import serve; serve()"
+# A worker's process runs this, with the module to import first; it may import what the calls'
+# functions need (their modules are found on the parent's sys.path, passed as PYTHONPATH).
+_SERVE = "from eqsat.core.workers import serve; serve({preload!r})"
 
 _pool: list[_Worker] = []
 _pool_lock = threading.Lock()  # one parallel_map uses the workers at a time
@@ -45,6 +48,19 @@ def worker_count() -> int:
     return int(setting)
 
 
+def prestart(module: str) -> None:
+    """Start the workers `parallel_map` may use, each importing `module` (that of the function
+    it will be called with) at once, without waiting for them: their start then overlaps the
+    caller's work until its first `parallel_map`. Does nothing where workers are off, already
+    started, or in use by another thread."""
+    if worker_count() < 1 or not _pool_lock.acquire(blocking=False):
+        return
+    try:
+        _started(worker_count(), module)
+    finally:
+        _pool_lock.release()
+
+
 def parallel_map(
     function: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], timeout: float
 ) -> list[Any]:
@@ -60,7 +76,7 @@ def parallel_map(
     if wanted < 1 or not _pool_lock.acquire(blocking=False):
         return [function(*task) for task in tasks]
     try:
-        return _shared(function, tasks, _started(wanted), timeout)
+        return _shared(function, tasks, _started(wanted, function.__module__), timeout)
     finally:
         _pool_lock.release()
 
@@ -114,14 +130,15 @@ def _outcome(function: Callable[..., Any], task: tuple[Any, ...]) -> tuple[bool,
         return False, error
 
 
-def _started(count: int) -> list[_Worker]:
-    """Up to `count` live workers, started if need be (the pool keeps them for later calls);
-    fewer if a process cannot be started. In a forked child, the parent's workers are not its
-    children, so they poll as ended and the child starts its own (their pipes are the parent's)."""
+def _started(count: int, preload: str) -> list[_Worker]:
+    """Up to `count` live workers, started if need be, importing module `preload` (the pool
+    keeps them for later calls); fewer if a process cannot be started. In a forked child, the
+    parent's workers are not its children, so they poll as ended and the child starts its own
+    (their pipes are the parent's)."""
     _pool[:] = [worker for worker in _pool if worker.alive()]
     while len(_pool) < count:
         try:
-            _pool.append(_Worker())
+            _pool.append(_Worker(preload))
         except OSError:
             break
     return _pool[:count]
@@ -130,11 +147,11 @@ def _started(count: int) -> list[_Worker]:
 class _Worker:
     """One worker process and its pipes; `call` runs one task there."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: str) -> None:
         path = os.pathsep.join(entry or os.getcwd() for entry in sys.path)
         environment = {**os.environ, "PYTHONPATH": path, WORKERS_VARIABLE: "0"}
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _SERVE],
+            [sys.executable, "-c", _SERVE.format(preload=preload)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=environment,
@@ -183,13 +200,15 @@ def _close_pool() -> None:
         worker.close()
 
 
-def serve() -> None:
-    """A worker's loop: read (function, task) pairs on stdin and write each `_outcome` back,
+def serve(preload: str) -> None:
+    """A worker's loop, after importing module `preload`: read (function, task) pairs on stdin
+    and write each `_outcome` back,
     until stdin ends; None for an outcome that does not pickle (the caller runs that task
     itself). The replies go to the stdout the process started with, which is then pointed at
     stderr so that nothing printed reaches them."""
     requests, replies = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
+    importlib.import_module(preload)
     while True:
         try:
             function, task = pickle.load(requests)
