@@ -6,8 +6,10 @@
 spells per ISA, and they need no -ffast-math:
 
 - exp: x = k*ln2 + r with |r| <= ln2/2 (two-constant Cody-Waite split, FMA), e^r = 1 + expm1(r)
-  from its Taylor polynomial, then times 2^k built in the exponent field, in two steps so that a
-  subnormal result is rounded once.
+  from its Taylor polynomial, then times 2^k, rounded once where the result is subnormal (AVX-512's
+  scalef; on AVX2, 2^k built in the exponent field, in two steps). Lanes whose result is 0
+  (below the clamp: -inf, a masked score) are computed from 0 and zeroed: an underflowing product
+  costs a microcode assist on x86, which made causal attention's softmax 2x slower.
 - log: x = m * 2^k with m in [sqrt(1/2), sqrt(2)) (subnormals scaled up first), f = m - 1,
   s = f / (2 + f) and log(m) = f - (f^2/2 - s * (f^2/2 + R(s^2))), R from the series of atanh.
 - tanh: t = e / (e + 2) with e = expm1(2|x|) (no cancellation near 0), saturating to 1, with the
@@ -138,7 +140,9 @@ def vector_math(isa: VectorIsa, ops: Collection[str] = tuple(VECTOR_FUNCTIONS)) 
     """
     constants = _constants(isa.dtype)
     erf = _ERF.format(**constants) if "erf" in ops else ""
-    return _primitives(isa) + _ALGORITHMS.format(**constants) + erf
+    scalef = "_mm512_scalef_" + ("ps" if isa.dtype == "float32" else "pd")
+    ldexp = _LDEXP_SCALEF.format(scalef=scalef) if isa.name == "avx512" else _LDEXP
+    return _primitives(isa) + _ALGORITHMS.format(ldexp=ldexp, **constants) + erf
 
 
 def _round(value: float | Fraction | Decimal, dtype: str) -> float:
@@ -238,6 +242,7 @@ def _primitives(isa: VectorIsa) -> str:
     # AVX-512 compares give bit masks (__mmask); AVX2 compares give all-ones / all-zero lanes.
     both = "a & b" if wide else f"{fn('and')}(a, b)"
     select = f"{fn('mask_blend')}(m, f, t)" if wide else f"{fn('blendv')}(f, t, m)"
+    zero_where = f"{fn('mask_mov')}(a, m, {fn('setzero')}())" if wide else f"{fn('andnot')}(m, a)"
 
     lines = [
         f"/* Vector math primitives for {isa.name} {isa.dtype} (backend_c/vmath.py). */",
@@ -269,6 +274,8 @@ def _primitives(isa: VectorIsa) -> str:
         f"static inline eqv_m eqv_both(eqv_m a, eqv_m b) {{ return {both}; }}",
         "/* The lanes of t where m is set, of f elsewhere. */",
         f"static inline eqv_f eqv_select(eqv_m m, eqv_f t, eqv_f f) {{ return {select}; }}",
+        "/* a with the lanes where m is set made +0 (one instruction, where a select is two). */",
+        f"static inline eqv_f eqv_zero_where(eqv_m m, eqv_f a) {{ return {zero_where}; }}",
         f"static inline eqv_i eqv_iadd(eqv_i a, eqv_i b) {{ return {prefix}add_{epi}(a, b); }}",
         f"static inline eqv_i eqv_iand(eqv_i a, eqv_i b) {{ return {prefix}and_{si}(a, b); }}",
         f"static inline eqv_i eqv_ior(eqv_i a, eqv_i b) {{ return {prefix}or_{si}(a, b); }}",
@@ -279,7 +286,20 @@ def _primitives(isa: VectorIsa) -> str:
     return "\n".join(lines) + "\n"
 
 
-# The algorithms, the same for every ISA and dtype; {names} are the constants of `_constants`.
+# p * 2^k, the one step of the algorithms an ISA spells its own way.
+_LDEXP = """
+/* p * 2^k for integer-valued k with |k| at most twice the exponent bias and p near 1: the first
+   factor keeps the product normal, so a subnormal result is rounded once, by the second. */
+static inline eqv_f eqv_ldexp(eqv_f p, eqv_f k) {
+    eqv_f k1 = eqv_round(eqv_mul(k, eqv_set(0.5)));
+    return eqv_mul(eqv_mul(p, eqv_pow2i(k1)), eqv_pow2i(eqv_sub(k, k1)));
+}"""
+_LDEXP_SCALEF = """
+/* p * 2^k for integer-valued k, rounded once (AVX-512's scalef, one instruction). */
+static inline eqv_f eqv_ldexp(eqv_f p, eqv_f k) {{ return {scalef}(p, k); }}"""
+
+# The algorithms, the same for every ISA and dtype but for `eqv_ldexp`; {names} are the
+# constants of `_constants`.
 _ALGORITHMS = """
 /* 2^k for integer-valued k whose power is a normal number: k + 1.5*2^mant + bias has k + bias
    in its low bits, which the shift moves into the exponent field. */
@@ -287,12 +307,7 @@ static inline eqv_f eqv_pow2i(eqv_f k) {{
     return eqv_float(eqv_ishl(eqv_bits(eqv_add(k, eqv_set({pow2_magic})))));
 }}
 
-/* p * 2^k for integer-valued k with |k| at most twice the exponent bias and p near 1: the first
-   factor keeps the product normal, so a subnormal result is rounded once, by the second. */
-static inline eqv_f eqv_ldexp(eqv_f p, eqv_f k) {{
-    eqv_f k1 = eqv_round(eqv_mul(k, eqv_set(0.5)));
-    return eqv_mul(eqv_mul(p, eqv_pow2i(k1)), eqv_pow2i(eqv_sub(k, k1)));
-}}
+{ldexp}
 
 /* k = round(x / ln2) and *r = x - k*ln2, |*r| <= ln2/2 (plus rounding); ln2 = hi + lo. */
 static inline eqv_f eqv_reduce(eqv_f x, eqv_f *r) {{
@@ -307,13 +322,16 @@ static inline eqv_f eqv_expm1_reduced(eqv_f r) {{
     return eqv_fma(eqv_mul(r, r), p, r);
 }}
 
-/* e^x: 0 below the clamp, +inf past overflow, NaN for NaN. */
+/* e^x: 0 below the clamp, +inf past overflow, NaN for NaN. Lanes below the clamp compute
+   e^0 and are then set to 0: computed at the clamp, their product underflows, and an underflow
+   costs a microcode assist on x86 (a softmax row masked with -inf ran at a fifth of the speed). */
 static inline eqv_f eq_vexp(eqv_f x) {{
+    eqv_m below = eqv_lt(x, eqv_set({exp_lo}));
     /* min/max return their second operand when either is NaN, so NaN passes the clamp. */
-    eqv_f clamped = eqv_max(eqv_set({exp_lo}), eqv_min(eqv_set({exp_hi}), x));
+    eqv_f clamped = eqv_zero_where(below, eqv_min(eqv_set({exp_hi}), x));
     eqv_f r;
     eqv_f k = eqv_reduce(clamped, &r);
-    return eqv_ldexp(eqv_add(eqv_expm1_reduced(r), eqv_set(1)), k);
+    return eqv_zero_where(below, eqv_ldexp(eqv_add(eqv_expm1_reduced(r), eqv_set(1)), k));
 }}
 
 /* log(x): -inf at +-0, NaN below 0 and for NaN, +inf at +inf; subnormal x is exact-scaled. */
