@@ -26,11 +26,17 @@ def binary(op: str, x: Term, y: Term) -> Term:
 
 
 def transposing(
-    m: int, n: int, tile: int | None = None, dtype: str = "float32", twice: bool = False
+    m: int,
+    n: int,
+    tile: int | None = None,
+    dtype: str = "float32",
+    twice: bool = False,
+    store_outside: bool = False,
 ) -> LoopProgram:
     """out0[a, b] = x[b, a] / sqrt(s[b]) + y[a, b] (+ z[b, a] * x[b, a] when `twice`), looped
-    over a outside b, b split by `tile` when given (a parallel loop of tiles, as a chosen nest
-    has it): cosine similarity's copy of its right operand, transposed."""
+    over a outside b (b outside a, the store's contiguous axis outside, when `store_outside`),
+    b split by `tile` when given (a parallel loop of tiles, as a chosen nest has it): cosine
+    similarity's copy of its right operand, transposed."""
     a, b = named("i0", n), named("i1", m)
     value = binary(
         "add",
@@ -43,14 +49,12 @@ def transposing(
         inputs.append(("z", (m, n)))
     store = Term("Stmt.store", ("out0", at(a, b), value))
     if tile is None:
-        body = nest([(a, "serial", ()), (b, "serial", ())], store)
+        copy = [(a, "serial", ()), (b, "serial", ())]
     else:
-        loops = [
-            (outer(b, tile), "parallel", ()),
-            (a, "serial", ()),
-            (inner(b, tile), "serial", ()),
-        ]
-        body = nest(loops, store)
+        copy = [(a, "serial", ()), (inner(b, tile), "serial", ())]
+    if store_outside:
+        copy.reverse()
+    body = nest(([] if tile is None else [(outer(b, tile), "parallel", ())]) + copy, store)
     return LoopProgram(body, tuple(inputs), ((n, m),), dtype)
 
 
@@ -69,11 +73,13 @@ def reference(inputs: dict[str, np.ndarray], twice: bool) -> np.ndarray:
     tile=st.sampled_from([None, 16, 24]),
     dtype=st.sampled_from(["float32", "float64"]),
     twice=st.booleans(),
+    store_outside=st.booleans(),
 )
 def test_a_transposed_copy_agrees_with_the_interpreter(
-    isa: str, m: int, n: int, tile: int | None, dtype: str, twice: bool
+    isa: str, m: int, n: int, tile: int | None, dtype: str, twice: bool, store_outside: bool
 ) -> None:
-    program = transposing(m, n, tile, dtype, twice)
+    """In the nest's own order, or interchanged where the store runs along the outer loop."""
+    program = transposing(m, n, tile, dtype, twice, store_outside)
     source = emit(program, isa)
     assert ("_t0_row0 =" in source) == (isa != "scalar")
     assert ("_t1_row0 =" in source) == (isa != "scalar" and twice)  # x[b, a] is loaded once
