@@ -25,6 +25,7 @@ e-class, marked incomplete.
 from __future__ import annotations
 
 import gc
+import heapq
 import itertools
 import random
 from collections import deque
@@ -299,7 +300,7 @@ class _Worklist:
             if old is not None and not made:
                 continue
             pool = made if old is None else old + made
-            ranked = [min(pool)] if n == 1 and pool else sorted(pool)[:n]
+            ranked = [min(pool)] if n == 1 and pool else heapq.nsmallest(n, pool)
             if ranked == old:
                 continue
             # The first visit sets it, even to no candidates.

@@ -46,6 +46,10 @@ class TensorCost:
 
     bytes_per_element: int = 4
     _shapes: dict[Term, Shape] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # shapes by (op, literal arguments and children's shapes): `shape`
+    _levels: dict[tuple[str, tuple[Arg, ...]], Shape] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __call__(self, op: str, children: Sequence[Arg], child_costs: Sequence[float]) -> float:
         flops, moved = self.work(op, children)
@@ -72,10 +76,17 @@ class TensorCost:
         return per_element * size, moved
 
     def shape(self, term: Term) -> Shape:
-        """The shape of `term`, from its children's cached shapes (one level of inference)."""
+        """The shape of `term`, from its children's cached shapes (one level of inference, run
+        once per op, literal arguments and children's shapes: an e-class's many terms share
+        them)."""
         known = self._shapes.get(term)
         if known is None:
-            known = self._shapes[term] = shapes.infer_node(term, self.shape)  # type: ignore[arg-type]
+            children = tuple(self.shape(c) if isinstance(c, Term) else c for c in term.args)
+            level = (term.op, children)
+            known = self._levels.get(level)
+            if known is None:
+                known = self._levels[level] = shapes.infer_node(term, self.shape)  # type: ignore[arg-type]
+            self._shapes[term] = known
         return known
 
 

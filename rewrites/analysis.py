@@ -17,6 +17,9 @@ Facts (all conservative: a merge of two e-classes only ever widens them):
 - `mixed(s, c)`: buffers that `s` touches through index lists with no common dimension holding
   plain `c`. Every other buffer is partitioned by `c` along that dimension: iterations with
   different values of `c` touch disjoint elements of it.
+- `order_dependent(s, c)`: the buffers of `mixed(s, c)` that `s` writes and does not only
+  accumulate with one op, computed once per pair here rather than on every match of the rule
+  that reads it (`reorderable`, interchange's guard).
 - Helpers: `loads(v)` and `scalar_footprint(v, b)`, the same for a scalar expression;
   `asks_footprint(f, c)`, the footprints `shared_dims` is asked for; `length(ix)`; and
   `not_axis(h, c)`: index `h` is not the plain named axis `c`.
@@ -106,6 +109,13 @@ def scalar_footprint(v: Scalar, buffer: String) -> Footprint: ...
 
 @function(merge=lambda old, new: old | new)
 def mixed(s: Stmt, axis: Axis) -> Set[String]: ...
+
+
+# The buffers that make the iterations of `s` over axis `axis` depend on their order
+# (`reorderable`). It only grows as the facts it is made of widen (`_order_dependent_rules`), so a
+# merge by union keeps the value computed from the latest facts.
+@function(merge=lambda old, new: old | new)
+def order_dependent(s: Stmt, axis: Axis) -> Set[String]: ...
 
 
 @function
@@ -490,6 +500,37 @@ def _mixed_rules(
     ).then(set_(mixed(stmt, base)).to(Set(buffer)))
 
 
+def _order_dependent_rules(
+    stmt: Stmt,
+    base: Axis,
+    unpartitioned: Set[String],
+    written: Set[String],
+    stored: Set[String],
+    summed: Set[String],
+    maxed: Set[String],
+    multiplied: Set[String],
+    loaded: Set[String],
+) -> Iterable[RewriteOrRule]:
+    # order_dependent(stmt, base) = (writes & mixed) - the buffers only accumulated with one op,
+    # never stored nor read. Each rule sets all six buffer sets of a statement at once, so a
+    # written buffer is always stored or accumulated: once in this set it stays (a buffer stored,
+    # read, or accumulated with two ops stays so as the sets widen), and the set only grows.
+    only_summed = summed - maxed - multiplied
+    only_maxed = maxed - summed - multiplied
+    only_multiplied = multiplied - summed - maxed
+    only_accumulated = (only_summed | only_maxed | only_multiplied) - stored - loaded
+    yield rule(
+        eq(unpartitioned).to(mixed(stmt, base)),
+        eq(written).to(writes(stmt)),
+        eq(stored).to(stores(stmt)),
+        eq(summed).to(sums(stmt)),
+        eq(maxed).to(maxes(stmt)),
+        eq(multiplied).to(prods(stmt)),
+        eq(loaded).to(reads(stmt)),
+        name="order-dependent-of-asked",
+    ).then(set_(order_dependent(stmt, base)).to((written & unpartitioned) - only_accumulated))
+
+
 def _length_rules(ix: IndexList, head: Index, rest: IndexList, n: i64) -> Iterable[RewriteOrRule]:
     # length(nil) = 0
     yield rule(eq(ix).to(IndexList.nil()), name="length-of-nil").then(set_(length(ix)).to(i64(0)))
@@ -575,6 +616,7 @@ register_in_order(
     _base_of_rules,
     _asks_rules,
     _mixed_rules,
+    _order_dependent_rules,
     _length_rules,
     _plain_dims_rules,
     _not_axis_rules,
@@ -605,11 +647,8 @@ def reorderable(body: Stmt, c: Axis) -> list[FactLike]:
 
     They may run in any order (not in parallel): every buffer `body` writes is partitioned by
     `c`, or only accumulated with one op and never loaded or stored (reassociating float sums
-    is allowed, ARCHITECTURE §4)."""
-    s, m, p = sums(body), maxes(body), prods(body)
-    commutative = ((s - m - p) | (m - s - p) | (p - s - m)) - stores(body)
-    only_accumulated = commutative - reads(body)
-    return [eq((writes(body) & mixed(body, c)) - only_accumulated).to(EMPTY)]
+    is allowed, ARCHITECTURE §4). The fact `order_dependent` holds the buffers that are not."""
+    return [eq(order_dependent(body, c)).to(EMPTY)]
 
 
 def shares_only_sums(body: Stmt, c: Axis) -> list[FactLike]:

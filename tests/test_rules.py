@@ -12,16 +12,27 @@ import re
 
 import numpy as np
 import pytest
-from egglog import EGraph, ruleset, unstable_combine_rulesets
+from egglog import EGraph, eq, ne, relation, rule, ruleset, unstable_combine_rulesets, var
 from egglog.egraph import FactLike
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eqsat.core.interp import run
-from eqsat.core.terms import Term, TExpr, index_list, to_egglog, to_term
+from eqsat.core.terms import Axis, Stmt, Term, TExpr, index_list, to_egglog, to_term
 from eqsat.extract.extractor import SerializedGraph
 from eqsat.extract.machine import host
-from eqsat.rewrites.analysis import analysis, mark_program
+from eqsat.rewrites.analysis import (
+    analysis,
+    mark_program,
+    maxes,
+    mixed,
+    order_dependent,
+    prods,
+    reads,
+    stores,
+    sums,
+    writes,
+)
 from eqsat.rewrites.annotate import annotate_identities
 from eqsat.rewrites.fusion import IDENTITIES as FUSION
 from eqsat.rewrites.fusion import fusion_candidates
@@ -348,3 +359,39 @@ def test_every_loop_stage_egglog_rule_has_a_unique_kebab_case_name() -> None:
     assert len(set(named)) == len(named)
     for ruleset_name, name in named:
         assert KEBAB_CASE.fullmatch(name), (ruleset_name, name)
+
+
+def assert_order_dependent_is_its_formula(body: Term) -> None:
+    """`order_dependent`, computed by the analyses as their facts widen and merged by union,
+    equals the formula it stands for evaluated on the saturated facts, for every asked pair,
+    after rounds of every loop rule (which merge statements and widen their facts)."""
+    egraph = EGraph()
+    mark_program(egraph, egraph.let("kernel", to_egglog(body)))
+    facts = unstable_combine_rulesets(analysis, fusion_candidates(), name="facts")
+    for _ in range(3):
+        egraph.run(facts.saturate() + loop_rules(host(), "float64"))
+    egraph.run(facts.saturate())
+    s, c = var("s", Stmt), var("c", Axis)
+    summed, maxed, multiplied = sums(s), maxes(s), prods(s)
+    only = (summed - maxed - multiplied) | (maxed - summed - multiplied)
+    only_accumulated = (only | (multiplied - summed - maxed)) - stores(s) - reads(s)
+    formula = (writes(s) & mixed(s, c)) - only_accumulated
+    wrong = relation("wrong_order_dependent", Stmt, Axis)
+    checked = relation("checked_order_dependent", Stmt, Axis)
+    egraph.run(
+        ruleset(
+            rule(ne(order_dependent(s, c)).to(formula)).then(wrong(s, c)),
+            rule(eq(order_dependent(s, c)).to(formula)).then(checked(s, c)),
+            name="check-order-dependent",
+        )
+    )
+    assert egraph.function_size(checked) > 0
+    assert egraph.function_size(wrong) == 0
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program=programs(max_ops=3, dims=SMALL_DIMS))
+def test_order_dependent_is_its_formula_on_the_final_facts(program: Program) -> None:
+    assert_order_dependent_is_its_formula(
+        lower([to_term(program.outputs[0].expr)]).body  # type: ignore[list-item]
+    )

@@ -32,7 +32,8 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import cast
 
@@ -43,6 +44,7 @@ from egglog import (
     Schedule,
     String,
     Vec,
+    bindings,
     eq,
     f64,
     get_callable_args,
@@ -172,7 +174,7 @@ def _saturate(
             assert facts is not None
             began = time.perf_counter()
             batch = facts * facts_iterations if facts_iterations > 1 else facts
-            facts_pending = _run_step(egraph, batch, report).updated
+            facts_pending = _run_facts(egraph, batch, report)
             fast = time.perf_counter() - began < FAST_FACTS_SECONDS
             facts_iterations = facts_iterations * 2 if fast else 1
             continue
@@ -227,10 +229,38 @@ def _rule_matches(run: RunReport) -> Counter[str]:
 
 
 def _run_step(egraph: EGraph, step: Schedule, report: SaturationReport) -> RunReport:
-    """One step, then the tripwires; a refused merge of analysis values is an unsound rule."""
-    try:
+    """One round of the rules, then the tripwires; a refused merge of analysis values is an
+    unsound rule."""
+    with _unsound_merges_named(report):
         run = egraph.run(step)
-        egraph.run(tripwires)
+        _updated(egraph, tripwires)
+    return run
+
+
+def _run_facts(egraph: EGraph, facts: Schedule, report: SaturationReport) -> bool:
+    """A run of the analyses, then the tripwires, as `_run_step`; whether the analyses changed
+    the e-graph."""
+    with _unsound_merges_named(report):
+        updated = _updated(egraph, facts)
+        _updated(egraph, tripwires)
+    return updated
+
+
+def _updated(egraph: EGraph, schedule: Schedule) -> bool:
+    """Run `schedule`; whether it changed the e-graph. `EGraph.run` would also translate egglog's
+    report, per rule, into declarations, which takes longer than a small run itself and is
+    wasted where only `updated` is read (the analyses and the tripwires, ~10 runs a round)."""
+    egraph._add_decls(schedule)
+    (output,) = egraph._run_program(egraph._state.run_schedule_to_egg(schedule.schedule))
+    assert isinstance(output, bindings.RunScheduleOutput)
+    return output.report.updated
+
+
+@contextmanager
+def _unsound_merges_named(report: SaturationReport) -> Iterator[None]:
+    """Raise UnsoundMergeError for egglog's refusal to merge two analysis values in the block."""
+    try:
+        yield
     except EggSmolError as error:
         if "Illegal merge" not in str(error):
             raise
@@ -239,7 +269,6 @@ def _run_step(egraph: EGraph, step: Schedule, report: SaturationReport) -> RunRe
             f"differ (e.g. two shapes), so a rule is unsound: {error}; rules fired so far: "
             f"{_names(report.matches)}"
         ) from None
-    return run
 
 
 def _check_tripwires(egraph: EGraph, report: SaturationReport, fired: Counter[str]) -> None:
