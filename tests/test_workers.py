@@ -190,3 +190,31 @@ def _lock_after(seconds: float) -> Any:
 def test_a_result_that_does_not_pickle_is_computed_in_the_calling_thread() -> None:
     results = parallel_map(_lock_after, [(0.3,)] * 4, timeout=30)
     assert all(isinstance(result, type(threading.Lock())) for result in results)
+
+
+_ANOTHER_CHECKOUT = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+os.environ[{variable!r}] = "1"
+from eqsat.core import workers
+workers.parallel_map(time.sleep, [(0.2,)] * 4, timeout=30)  # the worker takes one while we sleep
+print(sum(worker.alive() for worker in workers._pool))
+"""
+
+
+def test_a_worker_imports_eqsat_from_its_parents_path_not_its_current_directory(
+    tmp_path: Any,
+) -> None:
+    """Run from a directory holding another `eqsat` (a broken one here), the worker still
+    imports the parent's, and takes tasks."""
+    here = tmp_path / "elsewhere"
+    (here / "eqsat").mkdir(parents=True)
+    (here / "eqsat" / "__init__.py").write_text("raise ImportError('not this eqsat')\n")
+    script = tmp_path / "run.py"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(eqsat.__file__)))
+    script.write_text(_ANOTHER_CHECKOUT.format(root=root, variable=WORKERS_VARIABLE))
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=here, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1", done.stderr  # the worker lives: it imported the right eqsat

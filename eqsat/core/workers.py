@@ -28,9 +28,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 WORKERS_VARIABLE = "EQSAT_WORKERS"
-# A worker's process runs this, with the module to import first; it may import what the calls'
-# functions need (their modules are found on the parent's sys.path, passed as PYTHONPATH).
-_SERVE = "from eqsat.core.workers import serve; serve({preload!r})"
+# A worker's process runs this, with the parent's sys.path (its current directory for "") and the
+# module to import first; it may import what the calls' functions need. The path is set, not
+# passed as PYTHONPATH: `python -c` puts its own current directory first, where another copy of
+# eqsat (a source checkout) would have been imported instead.
+_SERVE = (
+    "import sys; sys.path[:] = {path!r}; "
+    "from eqsat.core.workers import serve; serve({preload!r})"
+)
 
 _pool: list[_Worker] = []
 _pool_lock = threading.Lock()  # one parallel_map uses the workers at a time
@@ -148,10 +153,10 @@ class _Worker:
     """One worker process and its pipes; `call` runs one task there."""
 
     def __init__(self, preload: str) -> None:
-        path = os.pathsep.join(entry or os.getcwd() for entry in sys.path)
-        environment = {**os.environ, "PYTHONPATH": path, WORKERS_VARIABLE: "0"}
+        path = [entry or os.getcwd() for entry in sys.path]
+        environment = {**os.environ, WORKERS_VARIABLE: "0"}
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _SERVE.format(preload=preload)],
+            [sys.executable, "-c", _SERVE.format(path=path, preload=preload)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=environment,
