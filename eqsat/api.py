@@ -26,6 +26,7 @@ from eqsat.core.errors import ArgumentError
 from eqsat.core.limits import Limits
 from eqsat.core.progress import Progress
 from eqsat.core.term import LoopProgram
+from eqsat.core.workers import prestart
 from eqsat.extract.machine import Machine, cpu_model, runs_on_host
 from eqsat.frontend import Tensor, output_tensors
 from eqsat.rewrites.lowering import lower
@@ -95,6 +96,7 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
 
     def optimized_kernel() -> tuple[Kernel, bool]:
         """The kernel, and whether it may be cached (it was checked, if asked, and agreed)."""
+        prestart("eqsat.optimizer")  # the loop stage's workers load it while this thread does
         from eqsat import optimizer  # loads egglog and the rule sets: only on a cache miss
 
         best = optimizer.optimize(

@@ -7,8 +7,8 @@ each worker process another. Workers are plain Python processes that read calls 
 its threads, and an e-graph dropped there hung; a spawned one runs the user's main script again.
 
 A worker starts on first use, or earlier by `prestart` (importing the module of the function it
-will run while the caller does other work: the optimizer starts its workers before the algebra
-stage), serves every later call of the process, and exits when its parent's end of the pipe
+will run while the caller does other work: a compile that misses the cache starts them before it
+imports the optimizer), serves every later call of the process, and exits when its parent's end of the pipe
 closes (at exit, or if the parent dies). `$EQSAT_WORKERS` sets how many
 there are (0: everything runs in the calling thread); by default one less than the CPUs this
 process may run on.
