@@ -12,8 +12,9 @@ import pytest
 
 import eqsat
 import eqsat.api
+from eqsat.core.interp import evaluate
 from eqsat.core.terms import to_term
-from eqsat.validation import check_kernel
+from eqsat.validation import check_kernel, disagreement
 from tests.test_pipeline import rewrite_of_x_plus_x
 
 SHAPE = (1500, 1500)  # 4.5e6 flops of x + x and relu: above the stage-1 check's bound
@@ -133,3 +134,29 @@ def test_a_large_program_is_checked_at_sampled_indices_the_first_and_last_among_
     nan_free = to_term(eqsat.where(x == x, x * 2.0, 0.0).expr)
     kernel = eqsat.compile(x * 2.0, progress=False, cache=False, check=False)
     assert "NaN differs" in check_kernel(kernel, [nan_free], assume_finite=False).detail
+
+
+def test_a_result_rounded_in_another_order_is_accepted_where_the_program_is_ill_conditioned() -> (
+    None
+):
+    """Attention on large scores (near ties in the softmax): float32 products summed in the
+    other order land farther from float64 than SLACK times numpy's own error at some element,
+    but within the error a float32 evaluation may have there (`validation._compute_error`); the
+    same result with its rows shifted is still refused."""
+    n, depth = 64, 256
+    q, k, v = (eqsat.tensor(name, (n, depth)) for name in "qkv")
+    term = to_term((eqsat.softmax(q @ k.T) @ v).expr)
+    rng = np.random.default_rng(34)
+    inputs = {name: (rng.standard_normal((n, depth)) * 30).astype(np.float32) for name in "qkv"}
+    reversed_sums = {
+        "q": inputs["q"][:, ::-1].copy(),
+        "k": inputs["k"][:, ::-1].copy(),
+        "v": inputs["v"],
+    }
+    got = evaluate(term, reversed_sums)  # float32, each product summed from its other end
+    wide = evaluate(term, {name: value.astype(np.float64) for name, value in inputs.items()})
+    numpy_error = np.abs(evaluate(term, inputs) - wide)
+    allowed = 1e-4 * (np.abs(wide) + max(1.0, np.abs(wide).max()))  # RTOL, as `disagreement`
+    assert (np.abs(got - wide) > allowed + 4 * numpy_error).any()  # beyond SLACK x numpy's error
+    assert disagreement(got, term, inputs, "float32", False) == ""
+    assert disagreement(np.roll(got, 1, axis=0), term, inputs, "float32", False)

@@ -77,15 +77,22 @@ def _binary(op: str, a: Any, b: Any, dtype: np.dtype) -> Any:
 # ---------------------------------------------------------------- tensor terms
 
 
-def evaluate(term: Term, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Value of a tensor term. Precondition: every input it names is in `inputs`, right shape."""
+def evaluate(
+    term: Term,
+    inputs: Mapping[str, np.ndarray],
+    perturbed: Callable[[Term, np.ndarray], np.ndarray] | None = None,
+) -> np.ndarray:
+    """Value of a tensor term. Precondition: every input it names is in `inputs`, right shape.
+    `perturbed`, if given, maps each node and its value to the value the nodes above it read
+    (`eqsat.validation` adds rounding noise)."""
     dtype = np.result_type(*inputs.values()) if inputs else np.dtype(np.float32)
     memo: dict[Term, np.ndarray] = {}
 
     def ev(t: Arg) -> Any:
         assert isinstance(t, Term)
         if t not in memo:
-            memo[t] = np.asarray(_eval_node(t, ev, inputs, dtype), dtype=dtype)
+            value = np.asarray(_eval_node(t, ev, inputs, dtype), dtype=dtype)
+            memo[t] = value if perturbed is None else perturbed(t, value)
         return memo[t]
 
     with np.errstate(all="ignore"):
