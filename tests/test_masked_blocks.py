@@ -226,9 +226,7 @@ def test_causal_attention_skips_blocks_and_agrees_with_numpy_on_special_values(
     blocks (at 256 rows it has, at every ISA), with the row blocks shared out round-robin; the
     kernel agrees with numpy."""
     q, k, v = (eqsat.tensor(name, (n, 32)) for name in "qkv")
-    kernel = eqsat.compile(
-        causal_attention(q, k, v, np), machine=PINNED, isa=isa, progress=False
-    )
+    kernel = eqsat.compile(causal_attention(q, k, v, np), machine=PINNED, isa=isa, progress=False)
     nest_lines = kernel.explain().split("loop nest:")[1].splitlines()
     guarded = any(line.strip().startswith("if ") for line in nest_lines)
     assert guarded == ("schedule(static, 1)" in kernel.c_source), kernel.explain()

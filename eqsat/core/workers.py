@@ -8,10 +8,10 @@ its threads, and an e-graph dropped there hung; a spawned one runs the user's ma
 
 A worker starts on first use, or earlier by `prestart` (importing the module of the function it
 will run while the caller does other work: a compile that misses the cache starts them before it
-imports the optimizer), serves every later call of the process, and exits when its parent's end of the pipe
-closes (at exit, or if the parent dies). `$EQSAT_WORKERS` sets how many
-there are (0: everything runs in the calling thread); by default one less than the CPUs this
-process may run on.
+imports the optimizer), serves every later call of the process, and exits when its parent's end
+of the pipe closes (at exit, or if the parent dies). `$EQSAT_WORKERS` sets how many there are
+(0: everything runs in the calling thread); by default one less than the CPUs this process may
+run on.
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ WORKERS_VARIABLE = "EQSAT_WORKERS"
 # passed as PYTHONPATH: `python -c` puts its own current directory first, where another copy of
 # eqsat (a source checkout) would have been imported instead.
 _SERVE = (
-    "import sys; sys.path[:] = {path!r}; "
-    "from eqsat.core.workers import serve; serve({preload!r})"
+    "import sys; sys.path[:] = {path!r}; from eqsat.core.workers import serve; serve({preload!r})"
 )
 
 _pool: list[_Worker] = []
