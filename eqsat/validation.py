@@ -164,8 +164,9 @@ def _compute_error(
         scale = roundoff * math.sqrt(max(1.0, _terms_summed(node)))
         return value * (1 + scale * rng.uniform(-1, 1, value.shape))
 
+    wide_inputs = {name: value.astype(np.float64) for name, value in inputs.items()}
     for _ in range(SHAKES):
-        error = np.maximum(error, np.abs(evaluate(term, inputs, rounded) - wide))
+        error = np.maximum(error, np.abs(evaluate(term, wide_inputs, rounded) - wide))
     return error
 
 
