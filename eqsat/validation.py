@@ -119,7 +119,8 @@ def disagreement(
     rtol = FLOAT16_RTOL if got.dtype == np.float16 else RTOL[compute]
     got = np.asarray(got, dtype=np.float64)
     with np.errstate(all="ignore"):
-        wide = evaluate(term, {name: value.astype(np.float64) for name, value in inputs.items()})
+        wide_inputs = {name: value.astype(np.float64) for name, value in inputs.items()}
+        wide = evaluate(term, wide_inputs)
         if got.shape != wide.shape:
             return f"shape {got.shape}, expected {wide.shape}"
         scale = max(1.0, float(np.max(np.abs(wide), where=np.isfinite(wide), initial=1.0)))
@@ -135,7 +136,7 @@ def disagreement(
             if specials:
                 return specials
         checked = np.isfinite(want) & np.isfinite(wide)
-        error = _compute_error(term, inputs, compute, wide, want)
+        error = _compute_error(term, wide_inputs, compute, wide, want)
         off = checked & ~(close | (np.abs(got - wide) <= allowed + SLACK * error))
     if off.any():
         index = tuple(int(i) for i in np.argwhere(off)[0])
@@ -144,9 +145,10 @@ def disagreement(
 
 
 def _compute_error(
-    term: Term, inputs: dict[str, np.ndarray], compute: str, wide: np.ndarray, want: np.ndarray
+    term: Term, wide_inputs: dict[str, np.ndarray], compute: str, wide: np.ndarray, want: np.ndarray
 ) -> np.ndarray:
-    """How far an evaluation of `term` in `compute` may fall from its float64 value `wide`:
+    """How far an evaluation of `term` in `compute` may fall from its float64 value `wide` (on
+    `wide_inputs`, the inputs in float64):
     the most of numpy's own error (`want`) and of SHAKES float64 evaluations whose every node is
     moved by a seeded random relative error of the size `compute` rounding gives it (a unit
     roundoff; times the square root of the terms summed, for a product or a reduction). Where
@@ -164,7 +166,6 @@ def _compute_error(
         scale = roundoff * math.sqrt(max(1.0, _terms_summed(node)))
         return value * (1 + scale * rng.uniform(-1, 1, value.shape))
 
-    wide_inputs = {name: value.astype(np.float64) for name, value in inputs.items()}
     for _ in range(SHAKES):
         error = np.maximum(error, np.abs(evaluate(term, wide_inputs, rounded) - wide))
     return error
