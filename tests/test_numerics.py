@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import eqsat
+from eqsat.backend_c.calibrate import calibrated_host
 from eqsat.backend_c.emit import emit
 from eqsat.core.interp import evaluate, run
 from eqsat.core.saturate import Limits
@@ -369,7 +370,11 @@ def special_programs(draw: st.DrawFn, max_ops: int = 4) -> SpecialProgram:
 
 def check_program(program: SpecialProgram, isa: str) -> None:
     """The compiled program against numpy in float32 (NaN and ±inf positions), the interpreter
-    in float32 (likewise) and numpy in float64 (finite values)."""
+    in float32 (likewise) and numpy in float64 (finite values). The kernel is excused at the
+    elements where the form the optimizer chose overflows or underflows in float32 and not in
+    float64 (its NaN/±inf pattern differs between the two), as the numerics contract allows
+    (ARCHITECTURE §4): `(|x| * inf) * (|x| * inf)` reassociated to `(inf * inf) * (|x| * |x|)`
+    is NaN where |x| * |x| underflows to 0, where numpy gives inf."""
     with np.errstate(all="ignore"):
         want = np.asarray(program.run(program.inputs), np.float32)
         wide = {name: value.astype(np.float64) for name, value in program.inputs.items()}
@@ -382,7 +387,28 @@ def check_program(program: SpecialProgram, isa: str) -> None:
     assert_specials_agree(interpreted, want, reference)
     kernel = eqsat.compile(expr, isa=isa, limits=LIMITS, progress=False)
     skip_unless_runs(isa)
-    assert_specials_agree(kernel(**program.inputs), want, reference)  # type: ignore[arg-type]
+    got = np.asarray(kernel(**program.inputs))  # type: ignore[arg-type]
+    excused = chosen_form_rounds_specials(expr, program.inputs, isa)
+    assert_specials_agree(np.where(excused, want, got), want, reference)
+
+
+def chosen_form_rounds_specials(
+    expr: eqsat.Tensor, inputs: dict[str, np.ndarray], isa: str
+) -> np.ndarray:
+    """Where the algebraic form the optimizer chooses for `expr` (at `isa`, as compiled by
+    `check_program`) has other NaN/±inf positions evaluated in float32 than in float64."""
+    machine = calibrated_host().with_isa(isa)
+    optimized = eqsat.optimize(expr, limits=LIMITS, machine=machine, progress=False)
+    (chosen,) = optimized.chosen
+    if optimized.flattened is not None:  # the chosen form is over flat arrays
+        inputs = {name: value.reshape(-1) for name, value in inputs.items()}
+    with np.errstate(all="ignore"):
+        narrow = evaluate(chosen, inputs)
+        wide = evaluate(chosen, {name: v.astype(np.float64) for name, v in inputs.items()})
+    excused = np.zeros(narrow.shape, bool)
+    for test in (np.isnan, np.isposinf, np.isneginf):
+        excused |= test(narrow) != test(wide)
+    return excused.reshape(expr.shape)
 
 
 @pytest.mark.parametrize("isa", ISAS)
