@@ -48,6 +48,7 @@ from eqsat.core.loops import (
     split_tile,
     statements_in,
     streamed_store,
+    top_statements,
     transposed_loads,
     trip_runs,
     trips_here,
@@ -273,8 +274,7 @@ class _Emitter:
             case "Stmt.loop":
                 self.loop(a[0], a[1], a[2])  # type: ignore[arg-type]
             case "Stmt.seq":
-                self.statement(a[0])  # type: ignore[arg-type]
-                self.statement(a[1])  # type: ignore[arg-type]
+                self.sequence(top_statements(s))
             case "Stmt.store":
                 self.line(f"{self.element(str(a[0]), a[1])} = {self.scalar(a[2])};")  # type: ignore
             case "Stmt.accumulate":
@@ -309,8 +309,45 @@ class _Emitter:
             case _:
                 raise ValueError(f"not a statement: {s.op}")
 
-    def loop(self, axis: Term, kind: Term, body: Term, tiled: bool = True) -> None:
-        """A loop statement; `tiled=False` emits a register tile's plain loops instead."""
+    def sequence(self, statements: list[Term]) -> None:
+        """Statements run one after the other. A statement that fills exactly the accumulators of
+        the register tile right after it with a constant (`fills_tile`: a product's zeroed
+        output rows) is not emitted: the tile's accumulators start at the constant instead of
+        loading what it stored (on AVX-512 a load from a masked store waits for the store)."""
+        position = 0
+        while position < len(statements):
+            here = statements[position]
+            after = statements[position + 1] if position + 1 < len(statements) else None
+            if after is not None and self.fills_tile(here, after):
+                self.loop(*after.args, fill=here)  # type: ignore[arg-type]
+                position += 2
+            else:
+                self.statement(here)
+                position += 1
+
+    def fills_tile(self, fill: Term, following: Term) -> bool:
+        """Whether `fill` is loops storing one constant into the target of the register tile
+        `following` over exactly the tile's axes: the elements the tile's accumulators hold."""
+        if following.op != "Stmt.loop" or following.args[1] != Term("LoopKind.serial", ()):
+            return False
+        lanes = self.vector.lanes if self.vector is not None else 1
+        tile = register_tile(*following.args[::2], self.isa, lanes)  # type: ignore[arg-type]
+        if tile is None:
+            return False
+        axes, store = _loops_around(fill)
+        return (
+            store.op == "Stmt.store"
+            and store.args[2].op == "Scalar.const"  # type: ignore[union-attr]
+            and store.args[:2] == tile.accumulate.args[:2]
+            and all(kind in FILL_LOOP_KINDS for _, kind in axes)
+            and sorted(str(a) for a, _ in axes) == sorted(map(str, _tile_axes(tile)))
+        )
+
+    def loop(
+        self, axis: Term, kind: Term, body: Term, tiled: bool = True, fill: Term | None = None
+    ) -> None:
+        """A loop statement; `tiled=False` emits a register tile's plain loops instead. `fill`
+        (`fills_tile`) runs before the loop, or seeds its register tile's accumulators."""
         if kind.op == "LoopKind.vector" and self.vector is not None and vectorizable(axis, body):
             self.vector_loop(axis, body)
             return
@@ -318,8 +355,10 @@ class _Emitter:
         serial = kind.op == "LoopKind.serial" and tiled
         tile = register_tile(axis, body, self.isa, lanes) if serial else None
         if tile is not None:
-            self.register_tile_loop(axis, kind, body, tile)
+            self.register_tile_loop(axis, kind, body, tile, fill)
             return
+        if fill is not None:
+            self.statement(fill)
         transpose = self.rows_transpose(axis, body) if kind.op == "LoopKind.serial" else None
         if transpose is not None:
             self.transposed_rows_loop(axis, body, transpose)
@@ -657,14 +696,16 @@ class _Emitter:
                     masked.append(({**c, vector_axis: start}, mask))
         return [({a: str(v) for a, v in c.items()}, mask) for c, mask in masked]
 
-    def register_tile_loop(self, axis: Term, kind: Term, body: Term, tile: RegisterTile) -> None:
+    def register_tile_loop(
+        self, axis: Term, kind: Term, body: Term, tile: RegisterTile, fill: Term | None
+    ) -> None:
         """Unroll-and-jam with register promotion: the tile's accumulators are loaded into
-        registers before the loop, updated in it, and stored after it
-        (eqsat.core.loops.RegisterTile). Where a loop outside the tile clips a tile axis to its
-        extent (`tile_edges`), one variant of the tile is emitted for each number of iterations
-        the axis can have, chosen at run time (on AVX-512, masks computed at run time clip the
-        vector axis instead). A variant's partial vector is masked (`VectorIsa.masked_tile`);
-        on an ISA without masks the variant runs the plain loops."""
+        registers before the loop (or set to the constant of `fill`, `fills_tile`), updated in
+        it, and stored after it (eqsat.core.loops.RegisterTile). Where a loop outside the tile
+        clips a tile axis to its extent (`tile_edges`), one variant of the tile is emitted for
+        each number of iterations the axis can have, chosen at run time (on AVX-512, masks
+        computed at run time clip the vector axis instead). A variant's partial vector is masked
+        (`VectorIsa.masked_tile`); on an ISA without masks the variant runs the plain loops."""
         assert self.vector is not None or tile.vector_axis is None
         # AVX-512 clips the vector axis by masks computed at run time (cheap mask registers);
         # AVX2 gets a variant per trip count, only a partial vector masked (a masked load of
@@ -682,18 +723,23 @@ class _Emitter:
                 self.depth += 1
             copies = self.tile_copies(tile, assumed)
             if not masks and any(mask is not None for _, mask in copies):
-                self.loop(axis, kind, body, tiled=False)
+                self.loop(axis, kind, body, tiled=False, fill=fill)
             else:
-                self.promoted_tile(axis, tile, copies)
+                self.promoted_tile(axis, tile, copies, fill)
             if len(variants) > 1:
                 self.depth -= 1
         if len(variants) > 1:
             self.line("}")
 
     def promoted_tile(
-        self, axis: Term, tile: RegisterTile, copies: list[tuple[dict[Term, str], str | None]]
+        self,
+        axis: Term,
+        tile: RegisterTile,
+        copies: list[tuple[dict[Term, str], str | None]],
+        fill: Term | None,
     ) -> None:
-        """The register tile's loop with one accumulator per copy (`tile_copies`)."""
+        """The register tile's loop with one accumulator per copy (`tile_copies`), each loaded
+        from its element or set to the constant `fill` stores there."""
         buffer, target, op, value = tile.accumulate.args
         assert isinstance(target, Term) and isinstance(value, Term)
         vector = self.vector if tile.vector_axis is not None else None
@@ -714,11 +760,15 @@ class _Emitter:
             self.fixed.update(binding)
             element = self.element(str(buffer), target)
             elements.append(element)
-            if vector is not None:
-                self.line(f"{vector.vtype} acc{n} = {vector.load('&' + element, mask)};")
+            if fill is not None:
+                constant = _loops_around(fill)[1].args[2].args[0]  # type: ignore[union-attr]
+                start = self.literal(float(constant))  # type: ignore[arg-type]
+                start = vector.broadcast(start) if vector is not None else start
             else:
-                self.line(f"{self.ctype} acc{n} = {element};")
-        if vector is not None and enclosing is not None and depends_on(target, enclosing):
+                start = vector.load("&" + element, mask) if vector is not None else element
+            self.line(f"{vector.vtype if vector is not None else self.ctype} acc{n} = {start};")
+        reloads = fill is None and enclosing is not None and depends_on(target, enclosing)
+        if vector is not None and reloads:
             self.prefetch_next_tile(str(buffer), target, copies, enclosing)
         var, extent = axis_var(axis), self.trips_expr(axis)
         self.line(f"for (int64_t {var} = 0; {var} < {extent}; ++{var}) {{")
@@ -968,6 +1018,9 @@ STACK_TEMPORARY_BYTES = 64 * 1024
 # on one chain, each FMA waits for the last one's latency, which held a matrix-vector row well
 # below the load rate (docs/MEASUREMENTS.md).
 HORIZONTAL_CHAINS = 4
+# Loops of a statement whose stores may seed a register tile (`Emitter.fills_tile`): run in
+# order in the calling thread, so the tile right after sees every element they store.
+FILL_LOOP_KINDS = frozenset({"LoopKind.serial", "LoopKind.unroll", "LoopKind.vector"})
 
 
 @dataclass(frozen=True)
@@ -979,6 +1032,16 @@ class _RowsTranspose:
     copy: Term  # the copy's store
     rows: int
     row_stride: int
+
+
+def _loops_around(statement: Term) -> tuple[list[tuple[Term, str]], Term]:
+    """The (axis, kind op) of the loops nested around one statement, outermost first, and that
+    statement (`statement` itself and no loops when it is not a loop)."""
+    loops = []
+    while statement.op == "Stmt.loop":
+        axis, kind, statement = statement.args  # type: ignore[assignment]
+        loops.append((axis, kind.op))  # type: ignore[union-attr]
+    return loops, statement  # type: ignore[return-value]
 
 
 def _tile_axes(tile: RegisterTile) -> list[Term]:

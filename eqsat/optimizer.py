@@ -45,6 +45,7 @@ from eqsat.rewrites.partition import joined, parts
 from eqsat.rewrites.row_blocks import fuse_row_blocks
 from eqsat.rewrites.rule import Identity
 from eqsat.rewrites.schedule import ROOT, schedule
+from eqsat.rewrites.tiling import tile_sizes
 from eqsat.view.egraph_view import EGraphPicture, draw_egraph
 
 # Candidates kept per e-class by the stage-2 extractor: the roofline cost is not a sum, so the
@@ -507,7 +508,8 @@ def _schedule_part(
     e-class kept in extraction if `few`, or the e-graph is large). It runs in a worker process
     as well (`eqsat.core.workers`): it depends on its arguments alone."""
     cost = LoopCost(machine, dtype)
-    egraph, report = schedule(piece, machine, dtype, limits, progress=progress.iteration)
+    tiles = tile_sizes(machine, dtype, small_kernel=few)
+    egraph, report = schedule(piece, machine, dtype, limits, tiles, progress=progress.iteration)
     with owned_egraph(egraph):
         graph = SerializedGraph(egraph)
     progress.extracting(report.stage, graph.size)

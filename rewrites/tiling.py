@@ -96,13 +96,19 @@ def split_tile_identity(cache: int, tile: int) -> Identity:
     )
 
 
-def tile_sizes(machine: Machine, dtype: str) -> TileSizes:
+def tile_sizes(machine: Machine, dtype: str, small_kernel: bool = False) -> TileSizes:
     """Tiles for `machine`: a register tile of `rows` x (2 or 3 vectors: MIN_ACCUMULATORS), a
     cache tile T (a power of two) such that T-deep panels of both register-tile operands fit L1
     together and a T x T block fits half of L2 (ARCHITECTURE §5b: 8 rows x 32 columns, 256-deep
     blocks on an AVX-512 machine with a 48 KiB L1), and a depth tile D < T for the contraction
     axis where the cost model would not keep a T-deep panel in L1: D-deep rows of both
-    operands of a register tile fit the part of L1 a footprint may fill (CACHE_USE)."""
+    operands of a register tile fit the part of L1 a footprint may fill (CACHE_USE).
+
+    A `small_kernel` (`eqsat.optimizer`'s, whose roofline time is under 0.1 ms) also gets tiles
+    of rows/2 rows where rows >= 8: its narrow products (99x17 @ 17x75) otherwise run one row of
+    up to 6 vectors, 5 FMA chains that wait on each other's latency (8 rows of 5 vectors
+    overflow the registers), at half the speed of 4 rows. Large kernels keep their e-graph: the
+    extra split took a 1024-cubed product's from 2.6k e-nodes, saturated, to its 4.8k budget."""
     lanes = machine.lanes(dtype)
     item = 4 if dtype == "float32" else 8
     budget = REGISTER_BUDGET[machine.isa]
@@ -118,9 +124,10 @@ def tile_sizes(machine: Machine, dtype: str) -> TileSizes:
     depth = cache
     while depth > columns and depth * (columns + rows) * item > machine.l1_bytes * CACHE_USE:
         depth //= 2
+    register = {rows, columns} | ({rows // 2} if small_kernel and rows >= 8 else set())
     return TileSizes(
         cache=(cache,),
-        register=tuple(sorted({rows, columns})),
+        register=tuple(sorted(register)),
         depth=(depth,) if depth < cache else (),
     )
 

@@ -1,0 +1,104 @@
+"""A statement that fills a register tile's accumulators with a constant right before the tile
+(a product's zeroed rows) seeds the accumulators instead of being stored and loaded back
+(`backend_c.emit.Emitter.fills_tile`)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eqsat.backend_c.emit import emit
+from eqsat.core.loops import register_tile, statements_in
+from eqsat.core.terms import LoopProgram, Term
+from eqsat.extract.machine import host
+from tests.isas import ISAS, VECTOR_ISAS
+from tests.programs import agrees_with_interpreter
+from tests.test_loops import at, inner, named, nest, outer
+
+ZERO = Term("Scalar.const", (0.0,))
+FILLS = [0.0, -0.0, 1.5, -np.inf, np.nan]
+# out0 read back: a vector load of it, or a scalar accumulator set from it
+READS_OUTPUT = re.compile(r"load[a-z_0-9]*\([^;]*&out0\[|acc\d+ = out0\[")
+
+
+def load(buffer: str, index: Term) -> Term:
+    return Term("Scalar.load", (buffer, index))
+
+
+def filled_tile(
+    m: int, k: int, n: int, rows: int, op: str, fill: Term, vector: bool, dtype: str
+) -> LoopProgram:
+    """For each tile of `rows` rows: `fill` stored over the tile's rows and columns, then
+    out0[i, j] op= x[i, k] * w[k, j] over k around the tile (columns as its vector axis, or
+    a serial loop outside it)."""
+    i, j, r = named("i0", m), named("i1", n), named("k", k)
+    rows_inner = (inner(i, rows), "unroll", (rows,))
+    columns = (j, "vector", ()) if vector else (j, "serial", ())
+    tile_axes = [rows_inner, columns] if vector else [rows_inner]
+    product = Term("Scalar.binary", ("mul", load("in0", at(i, r)), load("in1", at(r, j))))
+    filled = nest(tile_axes, Term("Stmt.store", ("out0", at(i, j), fill)))
+    tile = nest(
+        [(r, "serial", ()), *tile_axes], Term("Stmt.accumulate", ("out0", at(i, j), op, product))
+    )
+    body = Term("Stmt.seq", (filled, tile))
+    outside = [(outer(i, rows), "serial", ())] + ([] if vector else [columns])
+    return LoopProgram(nest(outside, body), (("x", (m, k)), ("w", (k, n))), ((m, n),), dtype)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    isa=st.sampled_from(ISAS),
+    dtype=st.sampled_from(["float32", "float64"]),
+    shape=st.tuples(st.integers(1, 19), st.integers(1, 9), st.integers(1, 40)),
+    rows=st.integers(1, 4),
+    op=st.sampled_from(["sum", "max"]),
+    constant=st.sampled_from(FILLS),
+    vector=st.booleans(),
+)
+def test_a_constant_fill_seeds_the_tile_and_is_not_read_back(
+    isa: str,
+    dtype: str,
+    shape: tuple[int, int, int],
+    rows: int,
+    op: str,
+    constant: float,
+    vector: bool,
+) -> None:
+    """Row tiles with a remainder, partial vectors, NaN and -0.0 as the fill: the kernel agrees
+    with the interpreter, and wherever the emitter makes a register tile of the loop it never
+    reads out0 (where the tile does not fit the registers, or at the scalar level with a vector
+    loop, there is no register tile and the fill runs as written)."""
+    m, k, n = shape
+    program = filled_tile(m, k, n, rows, op, Term("Scalar.const", (constant,)), vector, dtype)
+    source = emit(program, isa, "eqsat_kernel")
+    tile_loop = statements_in(program.body).__next__().args[2]  # inside the loop over row tiles
+    if not vector:
+        tile_loop = tile_loop.args[2]  # inside the loop over columns
+    r, kind, body = tile_loop.args[1].args  # the tile: the second statement of the sequence
+    tiled = register_tile(r, body, isa, host().with_isa(isa).lanes(dtype)) is not None
+    if tiled:
+        assert READS_OUTPUT.search(source) is None, source
+    agrees_with_interpreter(program, isa)
+
+
+@pytest.mark.parametrize("isa", VECTOR_ISAS)
+def test_a_products_zeroed_rows_are_not_read_back(isa: str) -> None:
+    """99 x 17 @ 17 x 75 in tiles of 4 rows x 75 columns (5 or 10 vectors): zeroed rows whose
+    masked stores the tile waited for when it loaded them (docs/MEASUREMENTS.md)."""
+    program = filled_tile(99, 17, 75, 4 if isa == "avx512" else 1, "sum", ZERO, True, "float32")
+    source = emit(program, isa, "eqsat_kernel")
+    assert READS_OUTPUT.search(source) is None and "acc4 = " in source
+    agrees_with_interpreter(program, isa)
+
+
+def test_a_fill_that_is_not_a_constant_is_stored_and_read_back() -> None:
+    """A fill computed from an input is stored as written: the tile loads what it stored."""
+    fill = load("in0", at(named("i0", 12), named("i1", 48)))  # x[i, j]: x is 12 x 48
+    program = filled_tile(12, 48, 48, 4, "sum", fill, True, "float32")
+    source = emit(program, "avx512", "eqsat_kernel")
+    assert READS_OUTPUT.search(source) is not None
+    agrees_with_interpreter(program, "avx512")
