@@ -4,8 +4,9 @@ options) and `python -m eqsat rules` (every rewrite rule with its identity and g
 
 numpy is timed with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (this machine's environment sets
 them, which halves OpenBLAS's sgemm): the comparison is against the best numpy. `bench --isa L`
-measures a host of ISA level L on this one: eqsat is capped at L (EQSAT_MAX_ISA) and numpy runs
-the OpenBLAS kernel such a host would pick (`OPENBLAS_KERNELS`), so an AVX2 laptop's ratios can
+measures a host of ISA level L on this one: eqsat is capped at L (EQSAT_MAX_ISA), numpy runs
+the OpenBLAS kernel such a host would pick (`OPENBLAS_KERNELS`) and jax.jit's XLA emits no
+instruction above L (`XLA_MAX_ISA`), so an AVX2 laptop's ratios can
 be read on an AVX-512 server. OpenBLAS keeps its default thread timeout (idle threads yield for
 a while after each call, which makes its back-to-back calls fastest); the timing lets them
 settle before it times anything else (`eqsat.tools.workloads.SETTLE_SECONDS`).
@@ -20,6 +21,9 @@ _OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 # An ISA level below the host's -> the OpenBLAS core type whose kernels a host of that level
 # runs (Haswell: AVX2 and FMA; Nehalem: SSE only). The host's own level runs OpenBLAS's choice.
 OPENBLAS_KERNELS = {"avx2": "Haswell", "scalar": "Nehalem"}
+# ... and the instruction set XLA may emit for jax.jit there (`--xla_cpu_max_isa`): without it,
+# jax's column of `bench --isa avx2` ran AVX-512 code against eqsat's AVX2
+XLA_MAX_ISA = {"avx2": "AVX2", "scalar": "SSE4_2"}
 
 
 def _isa_option(argv: list[str]) -> str | None:
@@ -34,12 +38,16 @@ def _isa_option(argv: list[str]) -> str | None:
 
 def numpy_environment(environ: dict[str, str], isa: str | None) -> dict[str, str]:
     """`environ` for a bench run at ISA level `isa` (None: the host's): no OpenBLAS override
-    but the core type of `isa` (OPENBLAS_KERNELS), and EQSAT_MAX_ISA=isa (module doc)."""
+    but the core type of `isa` (OPENBLAS_KERNELS), XLA capped at `isa` (XLA_MAX_ISA, added to
+    any XLA_FLAGS), and EQSAT_MAX_ISA=isa (module doc)."""
     env = {k: v for k, v in environ.items() if k not in _OPENBLAS_VARS}
     if isa is not None:
         env["EQSAT_MAX_ISA"] = isa
         if isa in OPENBLAS_KERNELS:
             env["OPENBLAS_CORETYPE"] = OPENBLAS_KERNELS[isa]
+        if isa in XLA_MAX_ISA:
+            cap = f"--xla_cpu_max_isa={XLA_MAX_ISA[isa]}"
+            env["XLA_FLAGS"] = " ".join(filter(None, [environ.get("XLA_FLAGS", ""), cap]))
     return env
 
 

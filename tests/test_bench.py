@@ -80,15 +80,18 @@ def test_a_failing_workload_is_reported_in_its_row() -> None:
 
 
 def test_bench_at_a_lower_isa_runs_numpy_on_that_levels_openblas_kernels() -> None:
-    """`bench --isa avx2` caps eqsat and picks OpenBLAS's Haswell kernels; without `--isa` the
-    environment's OpenBLAS overrides are dropped (numpy's best kernel)."""
+    """`bench --isa avx2` caps eqsat and XLA and picks OpenBLAS's Haswell kernels; without
+    `--isa` the environment's OpenBLAS overrides are dropped (numpy's best kernel)."""
     environ = {"PATH": "/bin", "OPENBLAS_CORETYPE": "Zen", "OPENBLAS_L2_SIZE": "1"}
     assert numpy_environment(environ, None) == {"PATH": "/bin"}
     assert numpy_environment(environ, "avx2") == {
         "PATH": "/bin",
         "EQSAT_MAX_ISA": "avx2",
         "OPENBLAS_CORETYPE": "Haswell",
+        "XLA_FLAGS": "--xla_cpu_max_isa=AVX2",
     }
+    with_flags = numpy_environment({"XLA_FLAGS": "--xla_cpu_use_thunk_runtime=false"}, "scalar")
+    assert with_flags["XLA_FLAGS"] == "--xla_cpu_use_thunk_runtime=false --xla_cpu_max_isa=SSE4_2"
     assert numpy_environment({}, "avx512") == {"EQSAT_MAX_ISA": "avx512"}
 
 
