@@ -38,16 +38,18 @@ def _isa_option(argv: list[str]) -> str | None:
 
 def numpy_environment(environ: dict[str, str], isa: str | None) -> dict[str, str]:
     """`environ` for a bench run at ISA level `isa` (None: the host's): no OpenBLAS override
-    but the core type of `isa` (OPENBLAS_KERNELS), XLA capped at `isa` (XLA_MAX_ISA, added to
-    any XLA_FLAGS), and EQSAT_MAX_ISA=isa (module doc)."""
+    but the core type of `isa` (OPENBLAS_KERNELS), XLA capped at `isa` (XLA_MAX_ISA, in place
+    of any cap among XLA_FLAGS), and EQSAT_MAX_ISA=isa (module doc). Applied to its own result
+    it changes nothing: the process re-executes itself until its environment is this one."""
     env = {k: v for k, v in environ.items() if k not in _OPENBLAS_VARS}
     if isa is not None:
         env["EQSAT_MAX_ISA"] = isa
         if isa in OPENBLAS_KERNELS:
             env["OPENBLAS_CORETYPE"] = OPENBLAS_KERNELS[isa]
         if isa in XLA_MAX_ISA:
-            cap = f"--xla_cpu_max_isa={XLA_MAX_ISA[isa]}"
-            env["XLA_FLAGS"] = " ".join(filter(None, [environ.get("XLA_FLAGS", ""), cap]))
+            flags = environ.get("XLA_FLAGS", "").split()
+            others = [flag for flag in flags if not flag.startswith("--xla_cpu_max_isa=")]
+            env["XLA_FLAGS"] = " ".join([*others, f"--xla_cpu_max_isa={XLA_MAX_ISA[isa]}"])
     return env
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -92,7 +94,19 @@ def test_bench_at_a_lower_isa_runs_numpy_on_that_levels_openblas_kernels() -> No
     }
     with_flags = numpy_environment({"XLA_FLAGS": "--xla_cpu_use_thunk_runtime=false"}, "scalar")
     assert with_flags["XLA_FLAGS"] == "--xla_cpu_use_thunk_runtime=false --xla_cpu_max_isa=SSE4_2"
+    for isa in (None, "avx512", "avx2", "scalar"):  # a fixed point: the bench re-executes to it
+        once = numpy_environment({**environ, "XLA_FLAGS": "--xla_cpu_max_isa=AVX512"}, isa)
+        assert numpy_environment(once, isa) == once
     assert numpy_environment({}, "avx512") == {"EQSAT_MAX_ISA": "avx512"}
+
+
+@pytest.mark.parametrize("isa", ["avx2", "scalar"])
+def test_bench_at_a_lower_isa_starts(isa: str) -> None:
+    """The bench re-executes itself into `numpy_environment` once, and then runs (an XLA_FLAGS
+    that grew on every re-execution once ended in 'Argument list too long')."""
+    command = [sys.executable, "-m", "eqsat", "bench", "--isa", isa, "--help"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and "usage:" in done.stdout, done.stderr
 
 
 def test_unknown_workload_is_a_usage_error() -> None:
