@@ -11,9 +11,11 @@ from __future__ import annotations
 import math
 import random
 import time
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from statistics import NormalDist
 
 import numpy as np
 from egglog import EGraph
@@ -327,16 +329,33 @@ def after_extraction(program: LoopProgram, body: Term) -> LoopProgram:
 
 
 def _perturbed(cost: NodeCost, rng: random.Random) -> NodeCost:
-    """`cost` times a log-normal factor of a spread drawn from PERTURBATION_SPREADS, the factor
-    drawn once per node (op and children)."""
+    """`cost` times a log-normal factor of a spread drawn from PERTURBATION_SPREADS. A node's
+    factor follows from its content (op and children's terms) and a seed drawn from `rng`, not
+    from the order nodes are priced in, which follows the e-graph's numbering (it differs from
+    run to run): the same program and `rng` give the same extraction on every compile."""
     spread = rng.choice(PERTURBATION_SPREADS)
-    factors: dict[tuple[str, tuple[Arg, ...]], float] = {}
+    seed = rng.getrandbits(32).to_bytes(4, "little")
+    normal = NormalDist(0.0, spread)
+    digests: dict[int, tuple[object, int]] = {}  # by id; the object keeps its id from reuse
+
+    def digest(x: object) -> int:
+        known = digests.get(id(x))
+        if known is not None and known[0] is x:
+            return known[1]
+        op = getattr(x, "op", None)
+        if op is not None:  # a Term, or the extractor's term not built yet
+            parts: tuple[object, ...] = (op, *x.args)  # type: ignore[attr-defined]
+        elif isinstance(x, tuple):
+            parts = x
+        else:
+            return zlib.crc32(repr(x).encode())
+        value = zlib.crc32(b"".join(digest(part).to_bytes(4, "little") for part in parts))
+        digests[id(x)] = (x, value)
+        return value
 
     def noisy(op: str, children: Sequence[Arg], child_costs: Sequence[float]) -> float:
-        key = (op, tuple(children))
-        if key not in factors:
-            factors[key] = math.exp(rng.gauss(0, spread))
-        return factors[key] * cost(op, children, child_costs)
+        uniform = (zlib.crc32(seed + digest((op, *children)).to_bytes(4, "little")) + 0.5) / 2**32
+        return math.exp(normal.inv_cdf(uniform)) * cost(op, children, child_costs)
 
     return noisy
 

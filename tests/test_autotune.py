@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -15,11 +16,11 @@ import numpy as np
 import pytest
 
 import eqsat
-from eqsat import autotune
+from eqsat import autotune, optimizer
 from eqsat.api import build
 from eqsat.backend_c.build import cache_dir
 from eqsat.backend_c.kernel import Kernel
-from eqsat.core.terms import LoopProgram
+from eqsat.core.terms import LoopProgram, Term
 from eqsat.optimizer import Optimized
 
 SHAPE = (64, 64)
@@ -140,6 +141,25 @@ def test_a_remembered_choice_is_found_by_a_new_process() -> None:
             env={**os.environ, "PYTHONHASHSEED": seed},
         ).stdout
         assert json.loads(output) == here
+
+
+def test_a_perturbed_cost_does_not_depend_on_the_pricing_order() -> None:
+    """`candidates`' perturbed extractions price each node by its content: nodes met in another
+    order (the e-graph's numbering, which differs from run to run) get the same costs, so the
+    perturbed candidates are the same on every compile."""
+    leaves = [Term("Scalar.const", (float(v),)) for v in range(6)]
+    nodes = [("Scalar.binary", ("add", a, b)) for a in leaves for b in leaves]
+
+    def flat(op: str, children: object, child_costs: list[float]) -> float:
+        return 1.0 + sum(child_costs)
+
+    def costs(order: list[int]) -> dict[int, float]:
+        noisy = optimizer._perturbed(flat, random.Random(7))
+        return {i: noisy(*nodes[i], [0.0, 0.0]) for i in order}
+
+    forward = costs(list(range(len(nodes))))
+    assert forward == costs(list(reversed(range(len(nodes)))))
+    assert len(set(forward.values())) == len(nodes)  # perturbed: no two nodes alike
 
 
 @pytest.mark.parametrize(
