@@ -421,13 +421,17 @@ class LoopCost:
             l1, l2, l3 = child.traffic
             in_l1, in_l2, in_l3 = in_l1 + l1, in_l2 + l2, in_l3 + l3
         # A level the children's footprint fits fetches the statement's footprint once, any
-        # other fetches what every run of the children fetches.
+        # other fetches what every run of the children fetches; never more than that either: a
+        # parallel child's traffic is its busiest core's share (`loop`), below its footprint
+        # (an allocation or sequence around a parallel loop priced it anew from the footprint,
+        # 1.5x the loop alone, and extraction passed over cheaper nests for it).
         footprint = touched.footprint
         usable_l1, usable_l2, usable_l3 = self._usable
+        runs_l1, runs_l2, runs_l3 = trips * in_l1, trips * in_l2, trips * in_l3
         traffic = (
-            footprint if largest <= usable_l1 else trips * in_l1,
-            footprint if largest <= usable_l2 else trips * in_l2,
-            footprint + touched.dram_extra if largest <= usable_l3 else trips * in_l3,
+            min(footprint, runs_l1) if largest <= usable_l1 else runs_l1,
+            min(footprint, runs_l2) if largest <= usable_l2 else runs_l2,
+            min(footprint + touched.dram_extra, runs_l3) if largest <= usable_l3 else runs_l3,
         )
         if compute is None:
             compute = trips * work

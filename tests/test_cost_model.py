@@ -64,12 +64,43 @@ def test_parallel_pays_only_above_a_size_threshold(machine: Machine) -> None:
         return nest([(i, kind, ()), (j, "vector", (16,))], store)
 
     small, large = 16, 2048
-    assert cost.estimate(exp_rows(small, "parallel")).cycles > cost.estimate(
-        exp_rows(small, "serial")
-    ).cycles
-    assert cost.estimate(exp_rows(large, "parallel")).cycles < cost.estimate(
-        exp_rows(large, "serial")
-    ).cycles
+    assert (
+        cost.estimate(exp_rows(small, "parallel")).cycles
+        > cost.estimate(exp_rows(small, "serial")).cycles
+    )
+    assert (
+        cost.estimate(exp_rows(large, "parallel")).cycles
+        < cost.estimate(exp_rows(large, "serial")).cycles
+    )
+
+
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.isa)
+@pytest.mark.parametrize("rows", [64, 2048])
+def test_a_statement_around_a_parallel_loop_costs_what_the_loop_does(
+    machine: Machine, rows: int
+) -> None:
+    """An allocation around a parallel loop adds no traffic: the loop's traffic is its busiest
+    core's share, which the allocation once priced again from the whole footprint (1.5x a
+    product's loop alone; extraction then passed over cheaper nests)."""
+    i, j = named("i0", rows), named("i1", 4096)
+    doubled = Term(
+        "Scalar.binary",
+        ("mul", Term("Scalar.load", ("in0", at(i, j))), Term("Scalar.const", (2.0,))),
+    )
+    read = Term("Scalar.unary", ("exp", Term("Scalar.load", ("t0", at(i, j)))))
+    row = Term(
+        "Stmt.seq",
+        (
+            nest([(j, "vector", (16,))], Term("Stmt.store", ("t0", at(i, j), doubled))),
+            nest([(j, "vector", (16,))], Term("Stmt.store", ("out0", at(i, j), read))),
+        ),
+    )
+    cost = LoopCost(machine, "float32")
+    for kind in ("parallel", "serial"):
+        loop = nest([(i, kind, ())], row)
+        allocated = Term("Stmt.alloc", ("t0", (rows, 4096), loop))
+        around = cost.estimate(allocated)
+        assert around.cycles <= cost.estimate(loop).cycles + cost.first_touch(allocated)
 
 
 @pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.isa)
@@ -95,9 +126,11 @@ def test_a_parallel_loop_is_as_slow_as_its_busiest_core(machine: Machine) -> Non
         i = named("i0", rows)
         value = Term("Scalar.unary", ("exp", Term("Scalar.load", ("in0", at(i, j)))))
         store = Term("Stmt.store", ("out0", at(i, j), value))
-        return LoopCost(machine, "float32").estimate(
-            nest([(i, kind, ()), (j, "vector", (16,))], store)
-        ).compute
+        return (
+            LoopCost(machine, "float32")
+            .estimate(nest([(i, kind, ()), (j, "vector", (16,))], store))
+            .compute
+        )
 
     for rows, busiest in ((n + 1, 2), (2 * n, 2), (2 * n + 1, 3)):
         assert compute(rows, "parallel") == pytest.approx(compute(rows, "serial") * busiest / rows)
