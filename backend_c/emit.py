@@ -42,14 +42,13 @@ from eqsat.core.loops import (
     has_remainder,
     horizontal,
     moves_with,
-    pieces_of,
     privatized,
     register_tile,
     split_tile,
     statements_in,
     streamed_store,
     top_statements,
-    transposed_loads,
+    transposed_copy,
     trip_runs,
     trips_here,
     unit_stride_axes,
@@ -363,7 +362,7 @@ class _Emitter:
         if transpose is not None:
             self.transposed_rows_loop(axis, body, transpose)
             return
-        across = self.transposed_copy(axis, kind, body)
+        across = transposed_copy(axis, kind, body) if self.vector is not None else None
         if across is not None:
             self.transposed_blocks_loop(*across)
             return
@@ -512,32 +511,6 @@ class _Emitter:
         self.line("}")
         self.depth -= 1
         self.line("}")
-
-    def transposed_copy(
-        self, axis: Term, kind: Term, body: Term
-    ) -> tuple[Term, Term, list[Term]] | None:
-        """(outer axis, inner loop, transposed loads) of a serial `for axis: for inner: store`
-        copy that runs in blocks of lanes x lanes (`eqsat.core.loops.transposed_loads`), or
-        None. The copy may run interchanged, `for inner: for axis: store`, when both loops are
-        serial and over different axes: a store whose value reads nothing it writes gives every
-        element the same value in either order (a transpose stored along the outer loop, read
-        along the inner one: 15% of a 1024 x 768 pairwise-distances kernel ran as scalar
-        stores 4 KiB apart)."""
-        if self.vector is None or kind.op != "LoopKind.serial" or body.op != "Stmt.loop":
-            return None
-        inner, inner_kind, store = body.args
-        assert isinstance(inner, Term) and isinstance(inner_kind, Term) and isinstance(store, Term)
-        if inner_kind.op not in ("LoopKind.serial", "LoopKind.vector"):
-            return None
-        loads = transposed_loads(axis, inner, store)
-        if loads is not None:
-            return axis, body, loads
-        if inner_kind.op != "LoopKind.serial" or pieces_of(axis)[-1] == pieces_of(inner)[-1]:
-            return None
-        loads = transposed_loads(inner, axis, store)
-        if loads is None:
-            return None
-        return inner, Term("Stmt.loop", (axis, inner_kind, store)), loads
 
     def transposed_blocks_loop(self, outer: Term, body: Term, loads: list[Term]) -> None:
         """`transposed_copy`'s nest: for each block of lanes values of `outer` and of the inner
