@@ -339,7 +339,8 @@ class _Emitter:
             and store.args[2].op == "Scalar.const"  # type: ignore[union-attr]
             and store.args[:2] == tile.accumulate.args[:2]
             and all(kind in FILL_LOOP_KINDS for _, kind in axes)
-            and sorted(str(a) for a, _ in axes) == sorted(map(str, _tile_axes(tile)))
+            and len(axes) == len(_tile_axes(tile))
+            and {axis for axis, _ in axes} == set(_tile_axes(tile))
         )
 
     def loop(
