@@ -344,17 +344,20 @@ def _perturbed(cost: NodeCost, rng: random.Random) -> NodeCost:
             return known[1]
         op = getattr(x, "op", None)
         if op is not None:  # a Term, or the extractor's term not built yet
-            parts: tuple[object, ...] = (op, *x.args)  # type: ignore[attr-defined]
+            value = parts_digest((op, *x.args))  # type: ignore[attr-defined]
         elif isinstance(x, tuple):
-            parts = x
+            value = parts_digest(x)
         else:
             return zlib.crc32(repr(x).encode())
-        value = zlib.crc32(b"".join(digest(part).to_bytes(4, "little") for part in parts))
         digests[id(x)] = (x, value)
         return value
 
+    def parts_digest(parts: Iterable[object]) -> int:
+        return zlib.crc32(b"".join(digest(part).to_bytes(4, "little") for part in parts))
+
     def noisy(op: str, children: Sequence[Arg], child_costs: Sequence[float]) -> float:
-        uniform = (zlib.crc32(seed + digest((op, *children)).to_bytes(4, "little")) + 0.5) / 2**32
+        node = parts_digest((op, *children)).to_bytes(4, "little")
+        uniform = (zlib.crc32(seed + node) + 0.5) / 2**32
         return math.exp(normal.inv_cdf(uniform)) * cost(op, children, child_costs)
 
     return noisy

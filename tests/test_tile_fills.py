@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eqsat.backend_c.emit import emit
-from eqsat.core.loops import register_tile, statements_in
+from eqsat.core.loops import register_tile
 from eqsat.core.terms import LoopProgram, Term
 from eqsat.extract.machine import host
 from tests.isas import ISAS, VECTOR_ISAS
@@ -75,10 +75,10 @@ def test_a_constant_fill_seeds_the_tile_and_is_not_read_back(
     m, k, n = shape
     program = filled_tile(m, k, n, rows, op, Term("Scalar.const", (constant,)), vector, dtype)
     source = emit(program, isa, "eqsat_kernel")
-    tile_loop = statements_in(program.body).__next__().args[2]  # inside the loop over row tiles
+    fill_then_tile = program.body.args[2]  # inside the loop over row tiles
     if not vector:
-        tile_loop = tile_loop.args[2]  # inside the loop over columns
-    r, kind, body = tile_loop.args[1].args  # the tile: the second statement of the sequence
+        fill_then_tile = fill_then_tile.args[2]  # inside the loop over columns
+    r, _, body = fill_then_tile.args[1].args  # the tile's loop over k
     tiled = register_tile(r, body, isa, host().with_isa(isa).lanes(dtype)) is not None
     if tiled:
         assert READS_OUTPUT.search(source) is None, source
