@@ -30,7 +30,7 @@ from eqsat.core.workers import prestart
 from eqsat.extract.machine import Machine, cpu_model, runs_on_host
 from eqsat.frontend import Tensor, output_tensors
 from eqsat.rewrites.lowering import lower
-from eqsat.validation import check_kernel
+from eqsat.validation import Check, check_kernel, prepared_in_background
 
 if TYPE_CHECKING:
     from eqsat.optimizer import Optimized
@@ -120,7 +120,8 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
 
         if not check:
             return optimized(), True
-        return _checked(optimized, best, returns_tuple)
+        # the check's reference is worked out while gcc runs, not while autotune times kernels
+        return _checked(optimized, best, returns_tuple, overlapped=not candidates)
 
     if not cache:
         return optimized_kernel()[0]
@@ -167,11 +168,26 @@ def _rule_texts(extra_rules: Sequence[Identity]) -> list[tuple[str, bool]]:
 
 
 def _checked(
-    optimized: Callable[[], Kernel], best: Optimized, returns_tuple: bool
+    optimized: Callable[[], Kernel], best: Optimized, returns_tuple: bool, overlapped: bool
 ) -> tuple[Kernel, bool]:
     """The kernel `optimized` builds, if it builds and agrees with the program as written
     (`check_kernel`); else the written program's plain loop nest (`lower(best.original)`). The
-    flag is False for the plain nest: it is not the optimizer's answer, and is not cached."""
+    flag is False for the plain nest: it is not the optimizer's answer, and is not cached.
+    `overlapped`: the check's `Reference` is worked out in a thread while `optimized` runs."""
+    waiting = None
+    if overlapped and runs_on_host(best.machine.isa):
+        inputs = [
+            (name, shape, dtype)
+            for (name, shape), dtype in zip(best.inputs, best.input_dtypes, strict=True)
+        ]
+        waiting = prepared_in_background(
+            best.original, inputs, best.program.dtype, best.assume_finite
+        )
+
+    def check(kernel: Kernel) -> Check:
+        reference = None if waiting is None else waiting()
+        return check_kernel(kernel, best.original, best.assume_finite, reference)
+
     try:
         kernel = optimized()
     except Exception as failure:  # an optimized nest that cannot be emitted or compiled is a bug
@@ -181,7 +197,7 @@ def _checked(
             return kernel.with_note(
                 f"not checked against the written program: this host does not run {kernel.isa}"
             ), True
-        verdict = check_kernel(kernel, best.original, best.assume_finite)
+        verdict = check(kernel)
         if verdict.ok:
             return kernel.with_note(
                 f"checked against the written program on seeded {verdict.detail}: agrees "
@@ -192,7 +208,7 @@ def _checked(
     if not runs_on_host(plain.isa):
         agrees = f"not checked: this host does not run {plain.isa}"
     else:
-        verdict = check_kernel(plain, best.original, best.assume_finite)
+        verdict = check(plain)
         agrees = "agrees" if verdict.ok else f"disagrees too: {verdict.detail}"
     return plain.with_note(
         f"{problem}; this kernel runs the written program's plain loop nest instead ({agrees})"

@@ -27,8 +27,9 @@ numpy as in the kernel).
 from __future__ import annotations
 
 import math
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,40 +70,128 @@ class Check:
     seconds: float
 
 
-def check_kernel(kernel: Kernel, written: Sequence[Term], assume_finite: bool) -> Check:
+class Reference:
+    """What a kernel of the written program is checked against (`check_kernel`): the module's
+    seeded input sets, and the written program's float64 values on each, over the sampled
+    indices. It needs no kernel, only the inputs' names, shapes and dtypes, so `eqsat.compile`
+    works it out while gcc compiles the kernel.
+
+    It requires: `written` holds one tensor term per output, in the compute dtype `compute`, over
+    `inputs` (name, shape, dtype) by name."""
+
+    def __init__(
+        self,
+        written: Sequence[Term],
+        inputs: Sequence[tuple[str, tuple[int, ...], str]],
+        compute: str,
+        assume_finite: bool,
+    ) -> None:
+        start = time.perf_counter()
+        self.compute, self.assume_finite = compute, assume_finite
+        rng = np.random.default_rng(SEED)
+        self.sample = _sample(written, rng)
+        self.written = tuple(written if self.sample is None else self.sample.subset.roots)
+        self.shapes = {name: shape for name, shape, _ in inputs}
+        self.dtypes = {name: dtype for name, _, dtype in inputs}
+        self.blocks = {
+            name: _draw(min(math.prod(shape), PERIOD), dtype, rng) for name, shape, dtype in inputs
+        }
+        labels = ["normal values"]
+        self.specials: dict[str, np.ndarray] = {}  # float input -> positions in each block
+        if not assume_finite and any(np.dtype(d).kind == "f" for d in self.dtypes.values()):
+            labels.append("NaN/±inf/-0.0 values")
+            self.specials = {
+                name: _special_positions(block.size, rng)
+                for name, block in self.blocks.items()
+                if block.dtype.kind == "f"
+            }
+        self.labels = tuple(labels)
+        self.evaluated: list[dict[str, np.ndarray]] = []  # the written program's inputs, per set
+        self.wide: list[list[np.ndarray]] = []  # its float64 values there, per set and output
+        for set_number in range(len(self.labels)):
+            values = self.arrays(set_number)
+            evaluated = values if self.sample is None else self.sample.inputs(values)
+            self.evaluated.append(evaluated)
+            self.wide.append([_wide_value(term, evaluated) for term in self.written])
+        self.seconds = time.perf_counter() - start
+
+    def arrays(
+        self, set_number: int, into: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        """The inputs of set `set_number` (0: normal values; 1: the same with specials written
+        over them), to run a kernel on: written into the arrays of `into` (earlier ones of
+        this reference: fresh memory is slow to touch first on some hosts), or new ones."""
+        values = into or {
+            name: np.empty(shape, dtype=self.dtypes[name]) for name, shape in self.shapes.items()
+        }
+        for name, value in values.items():
+            _fill(value, self.blocks[name])
+            if set_number == 1 and name in self.specials:
+                _write_specials(value, self.specials[name])
+        return values
+
+
+def prepared_in_background(
+    written: Sequence[Term],
+    inputs: Sequence[tuple[str, tuple[int, ...], str]],
+    compute: str,
+    assume_finite: bool,
+) -> Callable[[], Reference]:
+    """Start working out `Reference(written, inputs, compute, assume_finite)` in a thread;
+    returns the call that waits for it (and raises what it raised)."""
+    outcome: list[Reference | BaseException] = []
+
+    def work() -> None:
+        try:
+            outcome.append(Reference(written, inputs, compute, assume_finite))
+        except BaseException as error:  # handed to the waiting caller
+            outcome.append(error)
+
+    thread = threading.Thread(target=work, name="eqsat-check-reference", daemon=True)
+    thread.start()
+
+    def result() -> Reference:
+        thread.join()
+        (value,) = outcome
+        if isinstance(value, BaseException):
+            raise value
+        return value
+
+    return result
+
+
+def check_kernel(
+    kernel: Kernel,
+    written: Sequence[Term],
+    assume_finite: bool,
+    reference: Reference | None = None,
+) -> Check:
     """Run `kernel` on the module's input sets and compare its outputs with `written` (one term
-    per output, in the kernel's compute dtype, as `eqsat.optimizer.Optimized.original`).
+    per output, in the kernel's compute dtype, as `eqsat.optimizer.Optimized.original`), or
+    with `reference`, worked out before for these (then `written` is not read again).
 
     It requires: the host runs `kernel.isa`; `written`'s inputs are the kernel's, by name."""
     start = time.perf_counter()
-    rng = np.random.default_rng(SEED)
-    sample = _sample(written, rng)
-    if sample is not None:  # the written program over the sampled indices only
-        written = sample.subset.roots
-    # One array per input, each holding a seeded block repeated; the second set writes its
-    # specials over the first's values (fresh memory is slow to touch first on some hosts).
-    inputs = {spec.name: np.empty(spec.shape, dtype=spec.dtype) for spec in kernel.inputs}
-    for value in inputs.values():
-        _fill(value, _draw(min(value.size, PERIOD), str(value.dtype), rng))
-    labels = ["normal values"]
-    if not assume_finite and any(value.dtype.kind == "f" for value in inputs.values()):
-        labels.append("NaN/±inf/-0.0 values")
-    for label in labels:
-        if label != labels[0]:
-            for value in inputs.values():
-                _put_specials(value, rng)
-        outputs = kernel(**inputs)
+    if reference is None:
+        specs = [(spec.name, spec.shape, spec.dtype or kernel.dtype) for spec in kernel.inputs]
+        reference = Reference(written, specs, kernel.dtype, assume_finite)
+    sample, values = reference.sample, None
+    for set_number, label in enumerate(reference.labels):
+        values = reference.arrays(set_number, into=values)
+        outputs = kernel(**values)
         got = outputs if isinstance(outputs, tuple) else (outputs,)
-        evaluated = inputs
         if sample is not None:
-            evaluated = sample.inputs(inputs)
             got = tuple(np.take(result, sample.indices, sample.axis) for result in got)
-        for k, (term, result) in enumerate(zip(written, got, strict=True)):
-            problem = disagreement(result, term, evaluated, kernel.dtype, assume_finite)
+        evaluated, wide = reference.evaluated[set_number], reference.wide[set_number]
+        for k, (term, result) in enumerate(zip(reference.written, got, strict=True)):
+            problem = disagreement(
+                result, term, evaluated, kernel.dtype, reference.assume_finite, wide[k]
+            )
             if problem:
-                return Check(False, f"output {k} on {label}: {problem}", _since(start))
+                seconds = reference.seconds + _since(start)
+                return Check(False, f"output {k} on {label}: {problem}", seconds)
     where = "" if sample is None else f" {sample}"
-    return Check(True, " and ".join(labels) + where, _since(start))
+    return Check(True, " and ".join(reference.labels) + where, reference.seconds + _since(start))
 
 
 def disagreement(
@@ -111,16 +200,18 @@ def disagreement(
     inputs: dict[str, np.ndarray],
     compute: str,
     assume_finite: bool,
+    wide: np.ndarray | None = None,
 ) -> str:
-    """What is wrong with `got` as `term`'s value on `inputs` ("" if nothing). numpy's
-    evaluation in the compute dtype is only needed where NaN or ±inf stand elsewhere than in the
-    float64 one (an overflow in float32), or a value is not within the tolerance of it: it is
-    skipped when neither is the case."""
+    """What is wrong with `got` as `term`'s value on `inputs` ("" if nothing); `wide` is that
+    value in float64 (`_wide_value`) if it was worked out before. numpy's evaluation in the
+    compute dtype is only needed where NaN or ±inf stand elsewhere than in the float64 one (an
+    overflow in float32), or a value is not within the tolerance of it: it is skipped when
+    neither is the case."""
     rtol = FLOAT16_RTOL if got.dtype == np.float16 else RTOL[compute]
     got = np.asarray(got, dtype=np.float64)
+    if wide is None:
+        wide = _wide_value(term, inputs)
     with np.errstate(all="ignore"):
-        wide_inputs = {name: value.astype(np.float64) for name, value in inputs.items()}
-        wide = evaluate(term, wide_inputs)
         if got.shape != wide.shape:
             return f"shape {got.shape}, expected {wide.shape}"
         scale = max(1.0, float(np.max(np.abs(wide), where=np.isfinite(wide), initial=1.0)))
@@ -136,12 +227,22 @@ def disagreement(
             if specials:
                 return specials
         checked = np.isfinite(want) & np.isfinite(wide)
-        error = _compute_error(term, wide_inputs, compute, wide, want)
+        error = _compute_error(term, _widened(inputs), compute, wide, want)
         off = checked & ~(close | (np.abs(got - wide) <= allowed + SLACK * error))
     if off.any():
         index = tuple(int(i) for i in np.argwhere(off)[0])
         return f"{got[index]!r} where numpy gives {wide[index]!r}, at index {index}"
     return ""
+
+
+def _widened(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {name: value.astype(np.float64) for name, value in inputs.items()}
+
+
+def _wide_value(term: Term, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """`term`'s value on `inputs`, evaluated in float64."""
+    with np.errstate(all="ignore"):
+        return evaluate(term, _widened(inputs))
 
 
 def _compute_error(
@@ -195,7 +296,8 @@ class _Sample:
         return f"at {len(self.indices)} of the {self.extent} indices of output axis {self.axis}"
 
     def inputs(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The inputs of the subset program, from `values` (the kernel's inputs)."""
+        """The inputs of the subset program, from `values` (the kernel's inputs; those it takes
+        whole are the same arrays)."""
         taken = {
             name: np.take(values[source], self.indices, axis)
             for name, (source, axis) in self.subset.taken.items()
@@ -263,18 +365,20 @@ def _fill(out: np.ndarray, block: np.ndarray) -> None:
     flat[whole:] = block[: flat.size - whole]
 
 
-def _put_specials(value: np.ndarray, rng: np.random.Generator) -> None:
-    """Write SPECIALS in turn over SPECIAL_RATE of the positions of each PERIOD-long block of a
-    float `value` (at least one of each where a block is as long), the same positions in every
-    block, as `_fill` repeats values (others as they are; a non-float `value` unchanged).
+def _special_positions(period: int, rng: np.random.Generator) -> np.ndarray:
+    """Where `_write_specials` writes SPECIALS in each `period`-long block of a float input:
+    SPECIAL_RATE of its positions, at least one for each special where the block is as long."""
+    count = min(period, max(len(SPECIALS), int(SPECIAL_RATE * period)))
+    return rng.choice(period, count, replace=False)
+
+
+def _write_specials(value: np.ndarray, positions: np.ndarray) -> None:
+    """Write SPECIALS in turn at `positions` of each block of float `value` (as `_fill`
+    repeats values, blocks of the length `positions` were drawn for); others as they are.
 
     It requires: `value` is C-contiguous."""
-    if value.dtype.kind != "f":
-        return
     period = min(value.size, PERIOD)
-    count = min(period, max(len(SPECIALS), int(SPECIAL_RATE * period)))
-    positions = rng.choice(period, count, replace=False)
-    specials = np.resize(SPECIALS, count).astype(value.dtype)
+    specials = np.resize(SPECIALS, len(positions)).astype(value.dtype)
     flat = value.reshape(-1)
     for block_start in range(0, flat.size, period):  # faster than one 2-D scatter (5 vs 12 ms)
         inside = positions < flat.size - block_start

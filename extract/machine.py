@@ -145,12 +145,17 @@ def _cache_size(level: int, default: int) -> int:
     return default
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0))
+
+
 @functools.cache
 def host() -> Machine:
     """The machine this process runs on, without calibration (see the module doc): its ISA
     level is the CPU's highest (`best_isa`), capped by `isa_cap()`; its cores are those this
     process may run on, or OMP_NUM_THREADS's first value if fewer."""
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cpus()
     first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
     if first.isdigit() and int(first) >= 1:
         cores = min(cores, int(first))

@@ -365,3 +365,43 @@ def test_a_prelude_that_does_not_precompile_leaves_the_build_as_it_was(
     library = build_library(*axpy_source("axpy_without_prelude"), [])
     np.testing.assert_array_equal(run_axpy(library, "axpy_without_prelude"), EXPECTED)
     assert not list(cache.glob("eqsat-prelude-*.h.gch/*.gch"))
+
+
+def regions_source(symbol: str, regions: int) -> tuple[str, str]:
+    """C source and cdef of `out0[i] = in0[i] + 2 * in1[i]` over SIZE elements, in `regions`
+    OpenMP parallel regions (a slice of the elements each)."""
+    lines = ["#include <stddef.h>", f"{prototype(symbol, 2, 1, 'float32', for_cdef=False)} {{"]
+    for region in range(regions):
+        start, stop = region * SIZE // regions, (region + 1) * SIZE // regions
+        lines += [
+            f"    {build.PARALLEL_REGION} num_threads(2)",
+            "    {",
+            "        #pragma omp for",
+            f"        for (size_t i = {start}; i < {stop}; ++i) out0[i] = in0[i] + 2 * in1[i];",
+            "    }",
+        ]
+    return "\n".join([*lines, "}", ""]), prototype(symbol, 2, 1, "float32", for_cdef=True) + ";"
+
+
+def test_a_kernel_of_several_parallel_regions_builds_through_the_link_time_optimizer(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its regions' functions are optimized at the link, in parallel (`LTO_FROM_REGIONS`); a
+    kernel of fewer regions compiles as before. Both compute the same."""
+    commands: list[list[str]] = []
+    run_gcc = build._run_gcc
+
+    def recorded(batch: list[list[str]], c_path: Path) -> None:
+        commands.extend(batch)
+        run_gcc(batch, c_path)
+
+    monkeypatch.setattr(build, "_run_gcc", recorded)
+    for regions in (build.LTO_FROM_REGIONS - 1, build.LTO_FROM_REGIONS + 1):
+        commands.clear()
+        symbol = f"axpy_regions_{regions}"
+        library = build_library(*regions_source(symbol, regions), [])
+        np.testing.assert_array_equal(run_axpy(library, symbol), EXPECTED)
+        kernel_compile, link = commands
+        through_lto = regions >= build.LTO_FROM_REGIONS
+        assert ("-flto" in kernel_compile) == through_lto
+        assert ("-flto-partition=max" in link) == through_lto

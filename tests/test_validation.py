@@ -14,7 +14,7 @@ import eqsat
 import eqsat.api
 from eqsat.core.interp import evaluate
 from eqsat.core.terms import to_term
-from eqsat.validation import check_kernel, disagreement
+from eqsat.validation import check_kernel, disagreement, prepared_in_background
 from tests.test_pipeline import rewrite_of_x_plus_x
 
 SHAPE = (1500, 1500)  # 4.5e6 flops of x + x and relu: above the stage-1 check's bound
@@ -160,3 +160,42 @@ def test_a_result_rounded_in_another_order_is_accepted_where_the_program_is_ill_
     assert (np.abs(got - wide) > allowed + 4 * numpy_error).any()  # beyond SLACK x numpy's error
     assert disagreement(got, term, inputs, "float32", False) == ""
     assert disagreement(np.roll(got, 1, axis=0), term, inputs, "float32", False)
+
+
+def test_a_reference_worked_out_in_the_background_checks_as_the_inline_one() -> None:
+    """`eqsat.compile` works out the check's reference while gcc runs: the same seeded inputs
+    and values as the check's own, so the verdicts are the same, to the index they name; an
+    error in the thread reaches the caller that waits for it."""
+    x, y = eqsat.tensor("x", (SHAPE[0] // 10, 300)), eqsat.tensor("y", (300,))
+    kernel = eqsat.compile(eqsat.softmax(x) * y, progress=False, cache=False, check=False)
+    specs = [(spec.name, spec.shape, spec.dtype or kernel.dtype) for spec in kernel.inputs]
+    for wrong in (eqsat.softmax(x) * y, eqsat.softmax(x * 1.01) * y, eqsat.relu(x) * y):
+        written = [to_term(wrong.expr)]
+        waiting = prepared_in_background(written, specs, "float32", assume_finite=False)
+        inline = check_kernel(kernel, written, assume_finite=False)
+        prepared = check_kernel(kernel, written, assume_finite=False, reference=waiting())
+        assert (prepared.ok, prepared.detail) == (inline.ok, inline.detail)
+    assert check_kernel(kernel, [to_term((eqsat.softmax(x) * y).expr)], False).ok
+    missing = prepared_in_background(
+        [to_term((eqsat.softmax(x) * y).expr)], specs[:1], "float32", assume_finite=False
+    )
+    with pytest.raises(KeyError):
+        missing()
+
+
+def test_the_reference_overlaps_the_build_but_not_autotunes_timing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started: list[int] = []
+    background = eqsat.api.prepared_in_background
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        started.append(1)
+        return background(*args, **kwargs)
+
+    monkeypatch.setattr(eqsat.api, "prepared_in_background", counted)
+    x = eqsat.tensor("x", (40, 30))
+    kernel = eqsat.compile(eqsat.exp(x) * 3.0, progress=False, cache=False)
+    assert ": agrees" in kernel.explain() and started == [1]
+    tuned = eqsat.compile(eqsat.exp(x) * 3.0, progress=False, cache=False, autotune=2)
+    assert ": agrees" in tuned.explain() and started == [1]

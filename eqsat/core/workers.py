@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from eqsat.extract.machine import usable_cpus
+
 WORKERS_VARIABLE = "EQSAT_WORKERS"
 # A worker's process runs this, with the parent's sys.path (its current directory for "") and the
 # module to import first; it may import what the calls' functions need. The path is set, not
@@ -45,8 +47,7 @@ def worker_count() -> int:
     one less than the CPUs this process may run on. ValueError names a bad setting."""
     setting = os.environ.get(WORKERS_VARIABLE)
     if setting is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        return (cpus or 1) - 1
+        return usable_cpus() - 1
     if not setting.strip().isdigit():
         raise ValueError(f"${WORKERS_VARIABLE} must be a count of processes >= 0, got {setting!r}")
     return int(setting)
