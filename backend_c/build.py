@@ -34,7 +34,8 @@ import numpy as np
 
 from eqsat.backend_c.entry import MODULE_NAME
 from eqsat.core.errors import CompileError
-from eqsat.extract.machine import cpu_flags, usable_cpus
+from eqsat.core.workers import usable_cpus
+from eqsat.extract.machine import cpu_flags
 
 # Bump when the emitted code or the build changes in a way the other key parts do not capture.
 CODEGEN_VERSION = 5

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from eqsat.core.workers import usable_cpus
+
 ISA_LEVELS = ("avx512", "avx2", "scalar")
 VECTOR_BITS = {"avx512": 512, "avx2": 256, "scalar": 0}
 _ISA_REQUIRES = {
@@ -143,11 +145,6 @@ def _cache_size(level: int, default: int) -> int:
         except (OSError, ValueError):
             continue
     return default
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on."""
-    return len(os.sched_getaffinity(0))
 
 
 @functools.cache

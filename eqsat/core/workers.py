@@ -27,8 +27,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from eqsat.extract.machine import usable_cpus
-
 WORKERS_VARIABLE = "EQSAT_WORKERS"
 # A worker's process runs this, with the parent's sys.path (its current directory for "") and the
 # module to import first; it may import what the calls' functions need. The path is set, not
@@ -40,6 +38,11 @@ _SERVE = (
 
 _pool: list[_Worker] = []
 _pool_lock = threading.Lock()  # one parallel_map uses the workers at a time
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0))
 
 
 def worker_count() -> int:
