@@ -180,9 +180,7 @@ def _checked(
             (name, shape, dtype)
             for (name, shape), dtype in zip(best.inputs, best.input_dtypes, strict=True)
         ]
-        waiting = prepared_in_background(
-            best.original, inputs, best.program.dtype, best.assume_finite
-        )
+        waiting = prepared_in_background(best.original, inputs, best.assume_finite)
 
     def check(kernel: Kernel) -> Check:
         reference = None if waiting is None else waiting()

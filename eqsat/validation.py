@@ -74,20 +74,20 @@ class Reference:
     """What a kernel of the written program is checked against (`check_kernel`): the module's
     seeded input sets, and the written program's float64 values on each, over the sampled
     indices. It needs no kernel, only the inputs' names, shapes and dtypes, so `eqsat.compile`
-    works it out while gcc compiles the kernel.
+    works it out while gcc compiles the kernel. It keeps the values' blocks, not the inputs:
+    `arrays` writes them out again for the kernel.
 
-    It requires: `written` holds one tensor term per output, in the compute dtype `compute`, over
-    `inputs` (name, shape, dtype) by name."""
+    It requires: `written` holds one tensor term per output, over `inputs` (name, shape, dtype)
+    by name."""
 
     def __init__(
         self,
         written: Sequence[Term],
         inputs: Sequence[tuple[str, tuple[int, ...], str]],
-        compute: str,
         assume_finite: bool,
     ) -> None:
         start = time.perf_counter()
-        self.compute, self.assume_finite = compute, assume_finite
+        self.assume_finite = assume_finite
         rng = np.random.default_rng(SEED)
         self.sample = _sample(written, rng)
         self.written = tuple(written if self.sample is None else self.sample.subset.roots)
@@ -106,14 +106,17 @@ class Reference:
                 if block.dtype.kind == "f"
             }
         self.labels = tuple(labels)
-        self.evaluated: list[dict[str, np.ndarray]] = []  # the written program's inputs, per set
-        self.wide: list[list[np.ndarray]] = []  # its float64 values there, per set and output
+        self.wide: list[list[np.ndarray]] = []  # float64 values, per input set and output
+        values = None
         for set_number in range(len(self.labels)):
-            values = self.arrays(set_number)
-            evaluated = values if self.sample is None else self.sample.inputs(values)
-            self.evaluated.append(evaluated)
+            values = self.arrays(set_number, into=values)
+            evaluated = self.written_inputs(values)
             self.wide.append([_wide_value(term, evaluated) for term in self.written])
         self.seconds = time.perf_counter() - start
+
+    def written_inputs(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The inputs of `self.written` (over the sampled indices) from a kernel's, `values`."""
+        return values if self.sample is None else self.sample.inputs(values)
 
     def arrays(
         self, set_number: int, into: dict[str, np.ndarray] | None = None
@@ -134,16 +137,15 @@ class Reference:
 def prepared_in_background(
     written: Sequence[Term],
     inputs: Sequence[tuple[str, tuple[int, ...], str]],
-    compute: str,
     assume_finite: bool,
 ) -> Callable[[], Reference]:
-    """Start working out `Reference(written, inputs, compute, assume_finite)` in a thread;
-    returns the call that waits for it (and raises what it raised)."""
+    """Start working out `Reference(written, inputs, assume_finite)` in a thread; returns the
+    call that waits for it (and raises what it raised)."""
     outcome: list[Reference | BaseException] = []
 
     def work() -> None:
         try:
-            outcome.append(Reference(written, inputs, compute, assume_finite))
+            outcome.append(Reference(written, inputs, assume_finite))
         except BaseException as error:  # handed to the waiting caller
             outcome.append(error)
 
@@ -174,7 +176,7 @@ def check_kernel(
     start = time.perf_counter()
     if reference is None:
         specs = [(spec.name, spec.shape, spec.dtype or kernel.dtype) for spec in kernel.inputs]
-        reference = Reference(written, specs, kernel.dtype, assume_finite)
+        reference = Reference(written, specs, assume_finite)
     sample, values = reference.sample, None
     for set_number, label in enumerate(reference.labels):
         values = reference.arrays(set_number, into=values)
@@ -182,7 +184,7 @@ def check_kernel(
         got = outputs if isinstance(outputs, tuple) else (outputs,)
         if sample is not None:
             got = tuple(np.take(result, sample.indices, sample.axis) for result in got)
-        evaluated, wide = reference.evaluated[set_number], reference.wide[set_number]
+        evaluated, wide = reference.written_inputs(values), reference.wide[set_number]
         for k, (term, result) in enumerate(zip(reference.written, got, strict=True)):
             problem = disagreement(
                 result, term, evaluated, kernel.dtype, reference.assume_finite, wide[k]

@@ -171,13 +171,13 @@ def test_a_reference_worked_out_in_the_background_checks_as_the_inline_one() -> 
     specs = [(spec.name, spec.shape, spec.dtype or kernel.dtype) for spec in kernel.inputs]
     for wrong in (eqsat.softmax(x) * y, eqsat.softmax(x * 1.01) * y, eqsat.relu(x) * y):
         written = [to_term(wrong.expr)]
-        waiting = prepared_in_background(written, specs, "float32", assume_finite=False)
+        waiting = prepared_in_background(written, specs, assume_finite=False)
         inline = check_kernel(kernel, written, assume_finite=False)
         prepared = check_kernel(kernel, written, assume_finite=False, reference=waiting())
         assert (prepared.ok, prepared.detail) == (inline.ok, inline.detail)
     assert check_kernel(kernel, [to_term((eqsat.softmax(x) * y).expr)], False).ok
     missing = prepared_in_background(
-        [to_term((eqsat.softmax(x) * y).expr)], specs[:1], "float32", assume_finite=False
+        [to_term((eqsat.softmax(x) * y).expr)], specs[:1], assume_finite=False
     )
     with pytest.raises(KeyError):
         missing()
