@@ -38,7 +38,7 @@ from eqsat.core.workers import usable_cpus
 from eqsat.extract.machine import cpu_flags
 
 # Bump when the emitted code or the build changes in a way the other key parts do not capture.
-CODEGEN_VERSION = 5
+CODEGEN_VERSION = 6
 
 # -fno-tree-vectorize: the schedule is what runs. The e-graph chooses which loops are Vector
 # loops; gcc vectorizing others behind the cost model's back made nests of one predicted cost
