@@ -6,10 +6,12 @@ numpy is timed with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (this machine's
 them, which halves OpenBLAS's sgemm): the comparison is against the best numpy. `bench --isa L`
 measures a host of ISA level L on this one: eqsat is capped at L (EQSAT_MAX_ISA), numpy runs
 the OpenBLAS kernel such a host would pick (`OPENBLAS_KERNELS`) and jax.jit's XLA emits no
-instruction above L (`XLA_MAX_ISA`), so an AVX2 laptop's ratios can
-be read on an AVX-512 server. OpenBLAS keeps its default thread timeout (idle threads yield for
-a while after each call, which makes its back-to-back calls fastest); the timing lets them
-settle before it times anything else (`eqsat.tools.workloads.SETTLE_SECONDS`).
+instruction above L (`XLA_MAX_ISA`), so an AVX2 laptop's ratios against numpy can be read on an
+AVX-512 server. Not against jax: its matrix products run YNNPACK or Eigen kernels chosen from
+the CPU's flags, which XLA's cap does not reach (the bench's header says so under `--isa`).
+OpenBLAS keeps its default thread timeout (idle threads yield for a while after each call,
+which makes its back-to-back calls fastest); the timing lets them settle before it times
+anything else (`eqsat.tools.workloads.SETTLE_SECONDS`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ _OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 # runs (Haswell: AVX2 and FMA; Nehalem: SSE only). The host's own level runs OpenBLAS's choice.
 OPENBLAS_KERNELS = {"avx2": "Haswell", "scalar": "Nehalem"}
 # ... and the instruction set XLA may emit for jax.jit there (`--xla_cpu_max_isa`): without it,
-# jax's column of `bench --isa avx2` ran AVX-512 code against eqsat's AVX2
+# jax's column of `bench --isa avx2` ran AVX-512 code against eqsat's AVX2. Its products still
+# do: a 1024-cubed one ran 262-304 GFLOP/s under the AVX2 cap on 2 AVX-512 cores whose AVX2
+# peak is 231 (with or without YNNPACK's fusions), so the cap reaches XLA's own code only.
 XLA_MAX_ISA = {"avx2": "AVX2", "scalar": "SSE4_2"}
 
 

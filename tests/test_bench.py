@@ -100,6 +100,20 @@ def test_bench_at_a_lower_isa_runs_numpy_on_that_levels_openblas_kernels() -> No
     assert numpy_environment({}, "avx512") == {"EQSAT_MAX_ISA": "avx512"}
 
 
+def test_the_header_says_where_jax_runs_above_the_isa_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a cap below the host's level, with jax installed, the header says that jax's
+    products run the host's level; at the host's own level, or without jax, it says nothing."""
+    monkeypatch.setattr(bench.importlib.util, "find_spec", lambda name: object())
+    avx512_flags = frozenset({"avx512f", "avx512dq", "avx512bw", "avx512vl", "avx2", "fma"})
+    monkeypatch.setattr(bench, "cpu_flags", lambda: avx512_flags)
+    avx512 = replace(fake_machine(), isa="avx512")
+    assert bench._jax_caveat(avx512) == []
+    (line,) = bench._jax_caveat(replace(avx512, isa="avx2"))
+    assert "capped at avx2" in line and "this host's avx512" in line
+    monkeypatch.setattr(bench.importlib.util, "find_spec", lambda name: None)
+    assert bench._jax_caveat(replace(avx512, isa="avx2")) == []
+
+
 @pytest.mark.parametrize("isa", ["avx2", "scalar"])
 def test_bench_at_a_lower_isa_starts(isa: str) -> None:
     """The bench re-executes itself into `numpy_environment` once, and then runs (an XLA_FLAGS

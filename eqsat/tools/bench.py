@@ -26,6 +26,7 @@ drawn log-uniform, each shape's ratio, and the geometric mean and the worst agai
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -269,6 +270,21 @@ def _header(machine: Machine, repeats: int) -> list[str]:
         "measured peaks " + _calibration_summary(calibration),
         "peak = eqsat's achieved flop/s over peak flops, or bytes of inputs + outputs per "
         "second over DRAM bandwidth, at eqsat's thread count",
+        *_jax_caveat(machine),
+    ]
+
+
+def _jax_caveat(machine: Machine) -> list[str]:
+    """A header line where `--isa` caps this host below its level and jax is installed: XLA
+    emits no instruction above the cap (`--xla_cpu_max_isa`), but jax.jit's products run
+    YNNPACK or Eigen kernels chosen from the CPU's flags, which the cap does not reach (a
+    1024-cubed product ran at 262-304 GFLOP/s under the AVX2 cap on 2 cores of AVX-512, above
+    their AVX2 peak of 231)."""
+    if machine.isa == best_isa(cpu_flags()) or importlib.util.find_spec("jax") is None:
+        return []
+    return [
+        f"jax.jit = XLA capped at {machine.isa} for the code it emits; its matrix products run "
+        f"library kernels of this host's {best_isa(cpu_flags())}, not of a {machine.isa} host"
     ]
 
 
