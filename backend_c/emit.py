@@ -814,9 +814,7 @@ class _Emitter:
         del self.lines[start:]
         named = set(re.findall(r"\b[A-Za-z_]\w*\b", "\n".join(block)))
         loop_vars = [v for v in dict.fromkeys(axis_var(a) for a in self.scope) if v in named]
-        buffers = sorted(
-            name for name in {*self.shapes, *self.renamed.values()} if name in named
-        )
+        buffers = sorted(name for name in {*self.shapes, *self.renamed.values()} if name in named)
         params = [f"int64_t {v}" for v in loop_vars] + [
             f"{'const ' if re.fullmatch(r'in[0-9]+', b) else ''}{self.ctype} *restrict {b}"
             for b in buffers

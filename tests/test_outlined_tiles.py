@@ -22,17 +22,21 @@ ZERO = Term("Scalar.const", (0.0,))
 DEFINED = re.compile(r"^static void __attribute__\(\(noinline\)\) (eq_tile\d+)\(", re.M)
 
 
-def tiled_product(m: int, k: int, n: int, rows: int, vectors: int, isa: str, kind: str) -> LoopProgram:
-    """out0 = 0, then out0 += x @ w in register tiles of `rows` rows x `vectors` vectors (remainder tiles where
-    they do not divide m, n), the loop over row tiles of kind `kind` around the loop over
-    column tiles."""
+def tiled_product(
+    m: int, k: int, n: int, rows: int, vectors: int, isa: str, kind: str
+) -> LoopProgram:
+    """out0 = 0, then out0 += x @ w in register tiles of `rows` rows x `vectors` vectors
+    (remainder tiles where they do not divide m, n), the loop over row tiles of kind `kind`
+    around the loop over column tiles."""
     i, j, r = named("i0", m), named("i1", n), named("k", k)
     columns = vectors * LANES[isa]
     product = Term(
         "Scalar.binary",
         ("mul", Term("Scalar.load", ("in0", at(i, r))), Term("Scalar.load", ("in1", at(r, j)))),
     )
-    zeroed = nest([(i, "serial", ()), (j, "serial", ())], Term("Stmt.store", ("out0", at(i, j), ZERO)))
+    zeroed = nest(
+        [(i, "serial", ()), (j, "serial", ())], Term("Stmt.store", ("out0", at(i, j), ZERO))
+    )
     tiled = nest(
         [
             (outer(i, rows), kind, ()),
@@ -43,7 +47,9 @@ def tiled_product(m: int, k: int, n: int, rows: int, vectors: int, isa: str, kin
         ],
         Term("Stmt.accumulate", ("out0", at(i, j), "sum", product)),
     )
-    return LoopProgram(Term("Stmt.seq", (zeroed, tiled)), (("x", (m, k)), ("w", (k, n))), ((m, n),), "float32")
+    return LoopProgram(
+        Term("Stmt.seq", (zeroed, tiled)), (("x", (m, k)), ("w", (k, n))), ((m, n),), "float32"
+    )
 
 
 def the_tile(program: LoopProgram) -> Term:
@@ -82,7 +88,9 @@ def test_a_tile_that_takes_every_register_runs_in_a_function_of_its_own(
 
 
 @pytest.mark.parametrize(("isa", "outlined"), [("avx2", True), ("avx512", False)])
-def test_a_product_outlines_its_tiles_where_they_fill_the_registers(isa: str, outlined: bool) -> None:
+def test_a_product_outlines_its_tiles_where_they_fill_the_registers(
+    isa: str, outlined: bool
+) -> None:
     """A 4 x 3 tile fills AVX2's 16 registers and is outlined; AVX-512's 8 x 2 tile leaves 13
     of 32 free and stays inline."""
     rows, vectors = (4, 3) if isa == "avx2" else (8, 2)
