@@ -555,13 +555,13 @@ def _schedule_part(
     if predicted > cost.estimate(piece).cycles:  # a deadline's best-so-far can be worse
         extracted = piece
     else:
-        extracted = _cheaper_after_packing(part, extracted, graph, machine, deadline)
+        extracted = _cheaper_after_packing(part, extracted, graph, cost, deadline)
     report.extracted(extraction.complete, time.monotonic() - start)
     return _Part(extracted, report, graph)
 
 
 def _cheaper_after_packing(
-    part: LoopProgram, extracted: Term, graph: SerializedGraph, machine: Machine, deadline: float
+    part: LoopProgram, extracted: Term, graph: SerializedGraph, cost: LoopCost, deadline: float
 ) -> Term:
     """`extracted`, or the cheapest nest of `graph` whose loops run parallel over other axes
     where the model prices it PACKING_MARGIN below `extracted` after the passes that follow
@@ -569,8 +569,8 @@ def _cheaper_after_packing(
     over column blocks packs all of A's rows once per column block (`eqsat.rewrites.packing`),
     which it never sees (relu(x @ W + b), 512x1024 @ 1024x1024 at AVX-512: 4.07 ms, against
     3.63 ms parallel over row blocks, as the packed nests' estimates said; docs/MEASUREMENTS.md).
-    Where packing adds less than the margin, no other nest can win by it, and none is sought."""
-    cost = LoopCost(machine, part.dtype)
+    Where packing adds less than the margin, no other nest can win by it, and none is sought.
+    `cost` is the model extraction priced `extracted` with."""
     bar = cost.estimate(after_extraction(part, extracted).body).cycles * (1 - PACKING_MARGIN)
     parallel_axes = frozenset(
         pieces_of(s.args[0])[-1]  # type: ignore[arg-type]
@@ -579,7 +579,7 @@ def _cheaper_after_packing(
     )
     if not parallel_axes or bar <= cost.estimate(extracted).cycles:
         return extracted
-    others = LoopCost(machine, part.dtype, serial_axes=parallel_axes)
+    others = LoopCost(cost.machine, cost.dtype, serial_axes=parallel_axes)
     (alternative, _), *_ = graph.extract_top(
         graph.root(ROOT), others, 1, deadline=deadline, written=[part.body]
     )
