@@ -118,8 +118,9 @@ class _Emitter:
         self.ctype = C_TYPES[program.dtype]
         self.suffix = "f" if program.dtype == "float32" else ""
         self.vector = VectorIsa(isa, program.dtype) if isa != "scalar" else None
+        self.inputs = tuple(f"in{i}" for i in range(len(program.inputs)))  # read-only buffers
         self.shapes: dict[str, tuple[int, ...]] = {
-            f"in{i}": shape for i, (_, shape) in enumerate(program.inputs)
+            name: shape for name, (_, shape) in zip(self.inputs, program.inputs, strict=True)
         }
         self.shapes.update({f"out{k}": shape for k, shape in enumerate(program.outputs)})
         self.isa = isa
@@ -147,6 +148,11 @@ class _Emitter:
 
     def line(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)
+
+    @property
+    def lanes(self) -> int:
+        """Elements per vector register (1 at the scalar level)."""
+        return self.vector.lanes if self.vector is not None else 1
 
     # ------------------------------------------------------------ indices and scalars
 
@@ -331,10 +337,7 @@ class _Emitter:
     def fills_tile(self, fill: Term, following: Term) -> bool:
         """Whether `fill` is loops storing one constant into the target of the register tile
         `following` over exactly the tile's axes: the elements the tile's accumulators hold."""
-        if following.op != "Stmt.loop" or following.args[1] != Term("LoopKind.serial", ()):
-            return False
-        lanes = self.vector.lanes if self.vector is not None else 1
-        tile = register_tile(*following.args[::2], self.isa, lanes)  # type: ignore[arg-type]
+        tile = self.serial_tile(following)
         if tile is None:
             return False
         axes, store = _loops_around(fill)
@@ -355,9 +358,8 @@ class _Emitter:
         if kind.op == "LoopKind.vector" and self.vector is not None and vectorizable(axis, body):
             self.vector_loop(axis, body)
             return
-        lanes = self.vector.lanes if self.vector is not None else 1
         serial = kind.op == "LoopKind.serial" and tiled
-        tile = register_tile(axis, body, self.isa, lanes) if serial else None
+        tile = register_tile(axis, body, self.isa, self.lanes) if serial else None
         if not self.outlining and (
             (tile is not None and self.takes_every_register(tile))
             or (serial and fill is None and self.around_full_tile(body))
@@ -789,11 +791,14 @@ class _Emitter:
     def around_full_tile(self, body: Term) -> bool:
         """Whether `body` is a serial loop that is such a register tile: the loop around it is
         outlined with it, one call per run of that loop instead of one per tile."""
-        if body.op != "Stmt.loop" or body.args[1] != Term("LoopKind.serial", ()):
-            return False
-        lanes = self.vector.lanes if self.vector is not None else 1
-        tile = register_tile(body.args[0], body.args[2], self.isa, lanes)  # type: ignore[arg-type]
+        tile = self.serial_tile(body)
         return tile is not None and self.takes_every_register(tile)
+
+    def serial_tile(self, statement: Term) -> RegisterTile | None:
+        """The register tile of `statement` where it is a serial loop, else None."""
+        if statement.op != "Stmt.loop" or statement.args[1] != Term("LoopKind.serial", ()):
+            return None
+        return register_tile(*statement.args[::2], self.isa, self.lanes)  # type: ignore[arg-type]
 
     @contextmanager
     def outlined(self) -> Iterator[None]:
@@ -816,7 +821,7 @@ class _Emitter:
         loop_vars = [v for v in dict.fromkeys(axis_var(a) for a in self.scope) if v in named]
         buffers = sorted(name for name in {*self.shapes, *self.renamed.values()} if name in named)
         params = [f"int64_t {v}" for v in loop_vars] + [
-            f"{'const ' if re.fullmatch(r'in[0-9]+', b) else ''}{self.ctype} *restrict {b}"
+            f"{'const ' if b in self.inputs else ''}{self.ctype} *restrict {b}"
             for b in buffers
         ]
         name = f"eq_tile{len(self.functions)}"

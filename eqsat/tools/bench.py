@@ -280,11 +280,12 @@ def _jax_caveat(machine: Machine) -> list[str]:
     YNNPACK or Eigen kernels chosen from the CPU's flags, which the cap does not reach (a
     1024-cubed product ran at 262-304 GFLOP/s under the AVX2 cap on 2 cores of AVX-512, above
     their AVX2 peak of 231)."""
-    if machine.isa == best_isa(cpu_flags()) or importlib.util.find_spec("jax") is None:
+    level = best_isa(cpu_flags())
+    if machine.isa == level or importlib.util.find_spec("jax") is None:
         return []
     return [
         f"jax.jit = XLA capped at {machine.isa} for the code it emits; its matrix products run "
-        f"library kernels of this host's {best_isa(cpu_flags())}, not of a {machine.isa} host"
+        f"library kernels of this host's {level}, not of a {machine.isa} host"
     ]
 
 
