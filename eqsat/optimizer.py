@@ -24,7 +24,6 @@ from eqsat.backend_c.calibrate import calibrated_host
 from eqsat.core import dtypes, shapes
 from eqsat.core.interp import evaluate
 from eqsat.core.limits import Limits, SaturationReport
-from eqsat.core.loops import PARALLEL_KINDS, pieces_of, statements_in
 from eqsat.core.measure import agreement
 from eqsat.core.pretty import format_loops, format_tensor
 from eqsat.core.progress import Progress
@@ -64,12 +63,6 @@ ALGEBRA_SLACK = 2.0
 # A small kernel (SMALL_KERNEL_SECONDS) keeps one too: of 39 small sweep shapes, 38 got nests
 # predicted as fast (one 9% slower, a 10 us MLP), and attention 256x32 optimized in 0.7 s, not 1.4.
 CANDIDATES_UP_TO_NODES = 5_000
-# A part's best nest parallel over other axes replaces the extracted one where the model,
-# pricing both packed, puts it this fraction lower (`_cheaper_after_packing`): the model's error
-# on such pairs: the alternatives of the transformer block, SwiGLU and mlp2, priced 2.8-8.4%
-# lower, took 0.5-4.6% longer, causal attention's (priced 1.7% lower) 40% longer, while the
-# MLP's, priced 12.7% lower, took 11-13% less (docs/MEASUREMENTS.md).
-PACKING_MARGIN = 0.1
 
 
 # The stage-1 forms of a program of at most this many flops are run by the interpreter on random
@@ -498,10 +491,7 @@ def _schedule_loops(
     # the parts at once, in worker processes too: what each gets does not depend on where it ran
     scheduled = parallel_map(
         _schedule_part,
-        [
-            (canonical.with_body(piece), machine, limits, few, progress)
-            for piece in parts(canonical.body)
-        ],
+        [(piece, machine, cost.dtype, limits, few, progress) for piece in parts(canonical.body)],
         timeout=limits.seconds + limits.extraction_seconds,
     )
     extracted = joined(canonical.body, [part.extracted for part in scheduled])
@@ -534,13 +524,11 @@ class _Part:
 
 
 def _schedule_part(
-    part: LoopProgram, machine: Machine, limits: Limits, few: bool, progress: Progress
+    piece: Term, machine: Machine, dtype: str, limits: Limits, few: bool, progress: Progress
 ) -> _Part:
-    """The cheapest nest of the loop term `part.body` found in its own kernel e-graph (one
-    candidate per e-class kept in extraction if `few`, or the e-graph is large), checked after
-    packing (`_cheaper_after_packing`). It runs in a worker process as well
-    (`eqsat.core.workers`): it depends on its arguments alone."""
-    piece, dtype = part.body, part.dtype
+    """The cheapest nest of loop term `piece` found in its own kernel e-graph (one candidate per
+    e-class kept in extraction if `few`, or the e-graph is large). It runs in a worker process
+    as well (`eqsat.core.workers`): it depends on its arguments alone."""
     cost = LoopCost(machine, dtype)
     tiles = tile_sizes(machine, dtype, small_kernel=few)
     egraph, report = schedule(piece, machine, dtype, limits, tiles, progress=progress.iteration)
@@ -549,43 +537,14 @@ def _schedule_part(
     progress.extracting(report.stage, graph.size)
     keep = 1 if few or graph.size > CANDIDATES_UP_TO_NODES else CANDIDATES_PER_CLASS
     start = time.monotonic()
-    deadline = start + limits.extraction_seconds
-    extraction = graph.extract_top(graph.root(ROOT), cost, keep, deadline=deadline, written=[piece])
+    extraction = graph.extract_top(
+        graph.root(ROOT), cost, keep, deadline=start + limits.extraction_seconds, written=[piece]
+    )
+    report.extracted(extraction.complete, time.monotonic() - start)
     (extracted, predicted), *_ = extraction
     if predicted > cost.estimate(piece).cycles:  # a deadline's best-so-far can be worse
         extracted = piece
-    else:
-        extracted = _cheaper_after_packing(part, extracted, graph, cost, deadline)
-    report.extracted(extraction.complete, time.monotonic() - start)
     return _Part(extracted, report, graph)
-
-
-def _cheaper_after_packing(
-    part: LoopProgram, extracted: Term, graph: SerializedGraph, cost: LoopCost, deadline: float
-) -> Term:
-    """`extracted`, or the cheapest nest of `graph` whose loops run parallel over other axes
-    where the model prices it PACKING_MARGIN below `extracted` after the passes that follow
-    extraction (`after_extraction`). Extraction prices nests before packing: a product parallel
-    over column blocks packs all of A's rows once per column block (`eqsat.rewrites.packing`),
-    which it never sees (relu(x @ W + b), 512x1024 @ 1024x1024 at AVX-512: 4.07 ms, against
-    3.63 ms parallel over row blocks, as the packed nests' estimates said; docs/MEASUREMENTS.md).
-    Where packing adds less than the margin, no other nest can win by it, and none is sought.
-    `cost` is the model extraction priced `extracted` with."""
-    bar = cost.estimate(after_extraction(part, extracted).body).cycles * (1 - PACKING_MARGIN)
-    parallel_axes = frozenset(
-        pieces_of(s.args[0])[-1]  # type: ignore[arg-type]
-        for s in statements_in(extracted)
-        if s.op == "Stmt.loop" and s.args[1].op in PARALLEL_KINDS  # type: ignore[union-attr]
-    )
-    if not parallel_axes or bar <= cost.estimate(extracted).cycles:
-        return extracted
-    others = LoopCost(cost.machine, cost.dtype, serial_axes=parallel_axes)
-    (alternative, _), *_ = graph.extract_top(
-        graph.root(ROOT), others, 1, deadline=deadline, written=[part.body]
-    )
-    if cost.estimate(after_extraction(part, alternative).body).cycles < bar:
-        return alternative
-    return extracted
 
 
 def _combined(reports: Sequence[SaturationReport]) -> SaturationReport:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from eqsat.core.loops import (
@@ -72,9 +72,6 @@ LOOP_OVERHEAD = 1.0  # cycles per iteration (increment, compare, branch)
 # barrier, the worker's share of the lines; docs/MEASUREMENTS.md): priced at 4, a near tie stays
 # on one thread. PARALLEL_START cycles (4 starts of ~0.9 us at 2.8 GHz) without a calibration.
 PARALLEL_CALL_RESTARTS = 4.0
-# A parallel loop over an axis of `LoopCost.serial_axes` costs this many times its compute: no
-# nest that has one is worth it where another nest does not.
-PRICED_OUT = 1e3
 PARALLEL_START = 10_000.0
 UNARY_CYCLES = {
     "exp": 10.0,
@@ -207,14 +204,9 @@ class LoopCost:
     touching (`_Touched`). Accesses and sets of loop axes are numbered as they are met, so that
     the work per access is done on ints (hashing a Term runs Python)."""
 
-    def __init__(
-        self, machine: Machine, dtype: str, serial_axes: frozenset[Term] = frozenset()
-    ) -> None:
+    def __init__(self, machine: Machine, dtype: str) -> None:
         self.machine = machine
         self.dtype = dtype
-        # named axes whose parallel loops are priced out (PRICED_OUT): what the cheapest nest
-        # parallel over other axes is (`eqsat.optimizer`)
-        self.serial_axes = serial_axes
         self.item_bytes = 4 if dtype == "float32" else 8
         self.lanes = machine.lanes(dtype)
         self._statements: dict[Term, _Statement] = {}
@@ -349,8 +341,6 @@ class LoopCost:
             estimate.first_touch,
             self._bytes_per_cycle,
         )
-        if pieces_of(axis)[-1] in self.serial_axes:
-            parallel = replace(parallel, compute=parallel.compute * PRICED_OUT)
         return _Statement.of(parallel, touched)
 
     def transposed_blocks(self, outer: Term, inner_loop: Term, loads: Sequence[Term]) -> float:

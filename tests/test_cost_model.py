@@ -9,7 +9,6 @@ from eqsat.extract.loop_cost import (
     FIRST_TOUCH_CYCLES_PER_BYTE,
     PARALLEL_CALL_RESTARTS,
     PARALLEL_START,
-    PRICED_OUT,
     REUSED_ALLOCATION_BYTES,
     LoopCost,
 )
@@ -273,27 +272,3 @@ def test_a_large_output_stored_through_the_caches_is_read_first(machine: Machine
     assert allocating.traffic[2] - streamed.traffic[2] == pytest.approx(output, rel=0.01)
     small = LoopCost(machine, "float32")
     assert small.allocating_stores(copy(256, "serial")) == frozenset()  # may stay in cache
-
-
-@pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.isa)
-def test_parallel_loops_over_a_serial_axis_are_priced_out(machine: Machine) -> None:
-    """A parallel loop over an axis of `serial_axes`, or split from one, costs PRICED_OUT times
-    its compute; over another axis, or serial, it costs what it always did."""
-    n = 2048
-    i, j = named("i0", n), named("i1", n)
-    store = Term("Stmt.store", ("out0", at(i, j), Term("Scalar.load", ("in0", at(i, j)))))
-    rows_parallel = nest(
-        [(outer(i, 256), "parallel", ()), (inner(i, 256), "serial", ()), (j, "vector", (16,))],
-        store,
-    )
-    columns_parallel = nest([(j, "parallel", ()), (i, "serial", ())], store)
-    plain, avoiding_rows = (
-        LoopCost(machine, "float32"),
-        LoopCost(machine, "float32", frozenset({i})),
-    )
-    assert avoiding_rows.estimate(rows_parallel).compute == pytest.approx(
-        plain.estimate(rows_parallel).compute * PRICED_OUT
-    )
-    assert avoiding_rows.estimate(columns_parallel) == plain.estimate(columns_parallel)
-    serial = nest([(i, "serial", ()), (j, "vector", (16,))], store)
-    assert avoiding_rows.estimate(serial) == plain.estimate(serial)

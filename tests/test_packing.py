@@ -12,12 +12,11 @@ import eqsat
 from eqsat.backend_c.emit import emit
 from eqsat.backend_c.isa import VectorIsa
 from eqsat.core.interp import run
-from eqsat.core.loops import pieces_of, statements_in, top_statements
-from eqsat.core.pretty import format_loops
+from eqsat.core.loops import top_statements
 from eqsat.core.terms import LoopProgram, Term
 from eqsat.rewrites.packing import L1_SET_SPAN, pack_panels
 from tests.isas import ISAS, VECTOR_ISAS
-from tests.machines import PINNED, XEON
+from tests.machines import PINNED
 from tests.programs import agrees_with_interpreter, assert_close, assert_variant_agrees, compiled
 from tests.test_loops import at, inner, named, nest, outer
 from tests.test_numerics import assert_specials_agree, with_specials
@@ -240,26 +239,3 @@ def test_packed_rows_keep_nan_inf_and_signed_zeros_as_numpy(isa: str) -> None:
         want = x[:, :32] @ w
         reference = x[:, :32].astype(np.float64) @ w.astype(np.float64)
     assert_specials_agree(got, want, reference)
-
-
-def test_a_layer_whose_rows_are_packed_runs_parallel_over_rows() -> None:
-    """relu(x @ W + b), 512x1024 @ 1024x1024 on the 2-core AVX-512 Xeon of MEASUREMENTS (with
-    1 MiB of L2 per core the model picks rows anyway): extraction, pricing
-    nests before packing, finds a nest parallel over column blocks, which packs all 512 rows of
-    x (4 KiB apart) once per column block; priced packed, the nest parallel over row blocks is
-    cheaper by more than the margin, and it is chosen (3.63 ms against 4.07,
-    docs/MEASUREMENTS.md)."""
-    x, w, b = (
-        eqsat.tensor("x", (512, 1024)),
-        eqsat.tensor("w", (1024, 1024)),
-        eqsat.tensor("b", (1024,)),
-    )
-    chosen = eqsat.optimize(eqsat.relu(x @ w + b), machine=XEON, progress=False).program.body
-    parallel = [
-        s.args[0]
-        for s in statements_in(chosen)
-        if s.op == "Stmt.loop" and s.args[1] == Term("LoopKind.parallel", ())
-    ]
-    assert parallel and all(pieces_of(axis)[-1] == named("i0", 512) for axis in parallel), (
-        format_loops(chosen)
-    )
