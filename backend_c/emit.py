@@ -57,6 +57,7 @@ from eqsat.core.loops import (
     vectorizable,
 )
 from eqsat.core.term import REDUCE_IDENTITY, LoopProgram, Term, index_items, index_list
+from eqsat.extract.machine import L1_SET_SPAN
 
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _SCALAR_UNARY = {
@@ -101,6 +102,28 @@ def _identifier(name: str) -> str:
     return name
 
 
+def dense_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Elements between consecutive indices of each dimension of a row-major array."""
+    strides = [1] * len(shape)
+    for d in reversed(range(len(shape) - 1)):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    return tuple(strides)
+
+
+def temporary_strides(shape: tuple[int, ...], item_bytes: int) -> tuple[int, ...]:
+    """`dense_strides`, except that rows a multiple of L1_SET_SPAN bytes long are padded by one
+    64-byte line: such rows put the same column of consecutive rows in the same cache sets, so
+    a register tile's rows and a column block's rows evict each other from L1 and L2 (relu(x @
+    W + b), 512x1024 @ 1024x1024 at AVX-512, its column blocks of a 512 x 1024 temporary: 3.89
+    -> 3.60 ms, docs/MEASUREMENTS.md). Inputs and outputs are the caller's, dense."""
+    strides = list(dense_strides(shape))
+    if len(shape) >= 2 and shape[-1] * item_bytes % L1_SET_SPAN == 0:
+        strides[-2] += 64 // item_bytes
+        for d in reversed(range(len(shape) - 2)):
+            strides[d] = strides[d + 1] * shape[d + 1]
+    return tuple(strides)
+
+
 def axis_var(axis: Term) -> str:
     """The C variable of a loop over `axis`: i0, i0_o16, i0_i16, ..."""
     if axis.op == "Axis.named":
@@ -117,12 +140,16 @@ class _Emitter:
         self.dtype = program.dtype
         self.ctype = C_TYPES[program.dtype]
         self.suffix = "f" if program.dtype == "float32" else ""
+        self.item_bytes = 4 if program.dtype == "float32" else 8
         self.vector = VectorIsa(isa, program.dtype) if isa != "scalar" else None
         self.inputs = tuple(f"in{i}" for i in range(len(program.inputs)))  # read-only buffers
         self.shapes: dict[str, tuple[int, ...]] = {
             name: shape for name, (_, shape) in zip(self.inputs, program.inputs, strict=True)
         }
         self.shapes.update({f"out{k}": shape for k, shape in enumerate(program.outputs)})
+        # elements between consecutive indices of each dimension: row-major, and a temporary's
+        # rows padded (`temporary_strides`)
+        self.strides = {name: dense_strides(shape) for name, shape in self.shapes.items()}
         self.isa = isa
         self.scope: list[Term] = []
         self.fixed: dict[Term, str] = {}  # axes of unrolled loops -> their value in this copy
@@ -202,16 +229,18 @@ class _Emitter:
         raise ValueError(f"not an index: {index.op}")
 
     def element(self, buffer: str, index_list: Term) -> str:
-        """`buffer[flat offset]` for a row-major buffer."""
-        shape = self.shapes[buffer]
+        """`buffer[flat offset]`, by the buffer's strides."""
         terms = []
-        stride = 1
-        for d in reversed(range(len(shape))):
-            expr = self.index_expr(index_items(index_list)[d])
+        for item, stride in zip(index_items(index_list), self.strides[buffer], strict=True):
+            expr = self.index_expr(item)
             terms.append(expr if stride == 1 else f"{expr} * {stride}")
-            stride *= shape[d]
         name = self.renamed.get(buffer, buffer)  # a thread's copy in a parallel-sum loop
-        return f"{_identifier(name)}[{' + '.join(reversed(terms)) or '0'}]"
+        return f"{_identifier(name)}[{' + '.join(terms) or '0'}]"
+
+    def elements(self, buffer: str) -> int:
+        """The elements `buffer` takes in memory, its rows' padding included."""
+        shape, strides = self.shapes[buffer], self.strides[buffer]
+        return shape[0] * strides[0] if shape else 1
 
     def literal(self, value: float) -> str:
         if math.isnan(value):
@@ -302,8 +331,9 @@ class _Emitter:
             case "Stmt.alloc":
                 name, shape = _identifier(str(a[0])), tuple(a[1])  # type: ignore[arg-type]
                 self.shapes[name] = shape  # type: ignore[assignment]
-                count = math.prod(shape)  # type: ignore[arg-type]
-                size = -(-count * (4 if self.dtype == "float32" else 8) // 64) * 64
+                self.strides[name] = temporary_strides(shape, self.item_bytes)  # type: ignore[arg-type]
+                count = self.elements(name)
+                size = -(-count * self.item_bytes // 64) * 64
                 if size <= STACK_TEMPORARY_BYTES:  # no allocator call per trip of a loop
                     self.line("{")
                     self.depth += 1
@@ -427,7 +457,7 @@ class _Emitter:
     def thread_copy(self, buffer: str) -> None:
         """Declare and zero this thread's copy of `buffer`, which a parallel-sum loop sums into
         (`eqsat.core.loops.privatized`), at the top of the parallel region."""
-        name, count = _identifier(f"{buffer}_sum"), math.prod(self.shapes[buffer])
+        name, count = _identifier(f"{buffer}_sum"), self.elements(buffer)
         size = self.copy_bytes(buffer)
         if size <= STACK_TEMPORARY_BYTES:
             self.line(f"{self.ctype} {name}[{count}] __attribute__((aligned(64)));")
@@ -446,7 +476,7 @@ class _Emitter:
         self.line("{")
         self.depth += 1
         for buffer in shared:
-            count, name = math.prod(self.shapes[buffer]), _identifier(buffer)
+            count, name = self.elements(buffer), _identifier(buffer)
             self.line(f"for (int64_t eq_e = 0; eq_e < {count}; ++eq_e)")
             self.line(f"    {name}[eq_e] += {name}_sum[eq_e];")
         self.depth -= 1
@@ -459,7 +489,7 @@ class _Emitter:
 
     def copy_bytes(self, buffer: str) -> int:
         """The bytes of a thread's copy of `buffer`, whole 64-byte lines."""
-        return -(-math.prod(self.shapes[buffer]) * (4 if self.dtype == "float32" else 8) // 64) * 64
+        return -(-self.elements(buffer) * self.item_bytes // 64) * 64
 
     def rows_transpose(self, axis: Term, body: Term) -> _RowsTranspose | None:
         """The transposing copy for `for axis: for r unroll(R): pk[..., axis, r] = src[...]`,
@@ -494,7 +524,7 @@ class _Emitter:
             return None
         if items[moving[0]].args[0] not in unit_stride_axes(rows_axis):
             return None
-        row_stride = math.prod(self.shapes[source][moving[0] + 1 :])
+        row_stride = self.strides[source][moving[0]]
         return _RowsTranspose(rows_axis, copy, rows, row_stride)
 
     def transposed_rows_loop(self, axis: Term, body: Term, transpose: _RowsTranspose) -> None:
@@ -591,7 +621,7 @@ class _Emitter:
         buffer = str(load.args[0])
         items = index_items(load.args[1])  # type: ignore[arg-type]
         moving = next(d for d, item in enumerate(items) if moves_with(item, axis))
-        return math.prod(self.shapes[buffer][moving + 1 :])
+        return self.strides[buffer][moving]
 
     def interleaved_rows(self, first: str, stride: int, rows: int, prefix: str) -> list[str]:
         """Declares a vector loaded from each of `rows` rows, element `first` and every
@@ -821,8 +851,7 @@ class _Emitter:
         loop_vars = [v for v in dict.fromkeys(axis_var(a) for a in self.scope) if v in named]
         buffers = sorted(name for name in {*self.shapes, *self.renamed.values()} if name in named)
         params = [f"int64_t {v}" for v in loop_vars] + [
-            f"{'const ' if b in self.inputs else ''}{self.ctype} *restrict {b}"
-            for b in buffers
+            f"{'const ' if b in self.inputs else ''}{self.ctype} *restrict {b}" for b in buffers
         ]
         name = f"eq_tile{len(self.functions)}"
         self.functions.append(
@@ -1025,8 +1054,9 @@ class _Emitter:
         assert self.vector is not None
         if buffer in self.reread:
             return False
-        item = 4 if self.dtype == "float32" else 8
-        return streamed_store(buffer, self.shapes[buffer], item, target, axis, self.vector.lanes)
+        return streamed_store(
+            buffer, self.shapes[buffer], self.item_bytes, target, axis, self.vector.lanes
+        )
 
 
 @dataclass(frozen=True)

@@ -58,15 +58,13 @@ from eqsat.core.loops import (
     statements_in,
 )
 from eqsat.core.terms import LoopProgram, Term, index_items, index_list
+from eqsat.extract.machine import L1_SET_SPAN
 from eqsat.rewrites.lowering import index_of, seq
 
 PANEL_BYTES = 128 * 1024  # a panel stays well inside L2 next to the rows it is multiplied with
 # A register tile's rows, packed (module doc): a block of all rows of one depth tile, at most a
 # quarter of L2 on the machines this was measured on (docs/MEASUREMENTS.md).
 ROWS_PANEL_BYTES = 512 * 1024
-# Addresses this many bytes apart share an L1 set on x86 (64 sets of 64-byte lines: 32 KiB
-# 8-way and 48 KiB 12-way alike).
-L1_SET_SPAN = 4096
 REUSE_KINDS = ("LoopKind.serial", "LoopKind.parallel")  # unrolled copies share one load already
 
 

@@ -14,7 +14,8 @@ from eqsat.backend_c.isa import VectorIsa
 from eqsat.core.interp import run
 from eqsat.core.loops import top_statements
 from eqsat.core.terms import LoopProgram, Term
-from eqsat.rewrites.packing import L1_SET_SPAN, pack_panels
+from eqsat.extract.machine import L1_SET_SPAN
+from eqsat.rewrites.packing import pack_panels
 from tests.isas import ISAS, VECTOR_ISAS
 from tests.machines import PINNED
 from tests.programs import agrees_with_interpreter, assert_close, assert_variant_agrees, compiled

@@ -18,6 +18,10 @@ import numpy as np
 BUDGET_SECONDS = 5.0  # of timing per call of interleaved_medians; past it, MIN_ROUNDS suffice
 MIN_ROUNDS = 3
 BLOCK_SECONDS = 2e-3  # a function faster than this is timed over a block of calls this long
+# untimed calls after a settle, before the block: on a VM, calls of 0.5-7 ms kernels (numpy's
+# and eqsat's alike) took 3-13 ms after 0.2 s idle to come within 20% of their steady time, and
+# the first 3 of them ran up to 3x slower (docs/MEASUREMENTS.md)
+WARM_UP_SECONDS = 0.02
 # ARCHITECTURE §9: |got - want| <= rtol * |want| + rtol * max(1, max|want|), elementwise
 RTOL = {"float32": 1e-4, "float64": 1e-9}
 
@@ -80,10 +84,10 @@ def interleaved_medians(
     long in total (a slow function gets few rounds, a fast one many). With `settle_seconds`, the
     process idles that long before each block, so the threads a function left spinning (a BLAS
     library's) have gone to sleep before another one is timed; then untimed calls for
-    BLOCK_SECONDS wake the function's threads and the cores they run on, so the block measures
+    WARM_UP_SECONDS wake the function's threads and the cores they run on, so the block measures
     its steady state, not the first calls after idle (on a virtual machine, a 2-thread kernel
-    of 0.15 ms ran 2-5x slower for the first ~2 ms of calls after 0.2 s idle, so one untimed
-    call was not enough; docs/MEASUREMENTS.md).
+    of 0.15 ms ran 2-5x slower for the first ~2 ms of calls after 0.2 s idle, and kernels of
+    0.5-7 ms took up to 13 ms to settle; docs/MEASUREMENTS.md).
 
     It requires: `repeats` >= 1.
     """
@@ -114,8 +118,8 @@ def interleaved_medians(
 
 
 def _warm_up(function: Callable[[], object]) -> None:
-    """Untimed calls of `function` for BLOCK_SECONDS (at least one)."""
-    until = time.perf_counter() + BLOCK_SECONDS
+    """Untimed calls of `function` for WARM_UP_SECONDS (at least one)."""
+    until = time.perf_counter() + WARM_UP_SECONDS
     function()
     while time.perf_counter() < until:
         function()

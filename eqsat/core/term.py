@@ -218,8 +218,10 @@ class LoopProgram:
     """A kernel as a loop term plus its signature.
 
     Buffer `in{i}` is argument i (user name `inputs[i][0]`), buffer `out{k}` is result k;
-    temporaries are declared by `Stmt.alloc` inside `body`. Every buffer is dense, row-major and
-    of `dtype`. User names never appear inside `body`.
+    temporaries are declared by `Stmt.alloc` inside `body`. Every buffer is of `dtype`; inputs
+    and outputs are dense and row-major, a temporary is row-major in whatever strides the
+    backend gives it (`eqsat.backend_c.emit.temporary_strides`). User names never appear inside
+    `body`.
     """
 
     body: Term
