@@ -57,7 +57,7 @@ from eqsat.core.loops import (
     vectorizable,
 )
 from eqsat.core.term import REDUCE_IDENTITY, LoopProgram, Term, index_items, index_list
-from eqsat.extract.machine import L1_SET_SPAN
+from eqsat.extract.machine import CACHE_LINE_BYTES, L1_SET_SPAN
 
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _SCALAR_UNARY = {
@@ -111,17 +111,15 @@ def dense_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def temporary_strides(shape: tuple[int, ...], item_bytes: int) -> tuple[int, ...]:
-    """`dense_strides`, except that rows a multiple of L1_SET_SPAN bytes long are padded by one
-    64-byte line: such rows put the same column of consecutive rows in the same cache sets, so
-    a register tile's rows and a column block's rows evict each other from L1 and L2 (relu(x @
-    W + b), 512x1024 @ 1024x1024 at AVX-512, its column blocks of a 512 x 1024 temporary: 3.89
-    -> 3.60 ms, docs/MEASUREMENTS.md). Inputs and outputs are the caller's, dense."""
-    strides = list(dense_strides(shape))
-    if len(shape) >= 2 and shape[-1] * item_bytes % L1_SET_SPAN == 0:
-        strides[-2] += 64 // item_bytes
-        for d in reversed(range(len(shape) - 2)):
-            strides[d] = strides[d + 1] * shape[d + 1]
-    return tuple(strides)
+    """`dense_strides`, except that rows a multiple of L1_SET_SPAN bytes long are one cache line
+    longer: such rows put the same column of consecutive rows in the same cache sets, so a
+    register tile's rows and a column block's rows evict each other from L1 and L2 (relu(x @ W
+    + b), 512x1024 @ 1024x1024 at AVX-512, its column blocks of a 512 x 1024 temporary: 3.89 ->
+    3.60 ms, docs/MEASUREMENTS.md). Inputs and outputs are the caller's, dense."""
+    if len(shape) < 2 or shape[-1] * item_bytes % L1_SET_SPAN:
+        return dense_strides(shape)
+    row = shape[-1] + CACHE_LINE_BYTES // item_bytes
+    return (*(rows * row for rows in dense_strides(shape[:-1])), 1)
 
 
 def axis_var(axis: Term) -> str:

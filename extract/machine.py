@@ -31,6 +31,7 @@ _ISA_REQUIRES = {
 DTYPES = ("float32", "float64")
 MEMORY_LEVELS = ("L1", "L2", "L3", "DRAM")
 FMA_PER_CYCLE = 2  # vector FMA issue ports per core on the x86-64 cores eqsat targets
+CACHE_LINE_BYTES = 64  # on the x86-64 cores eqsat targets
 # Addresses this many bytes apart share an L1 set on x86 (64 sets of 64-byte lines: 32 KiB
 # 8-way and 48 KiB 12-way alike), and an L2 set too.
 L1_SET_SPAN = 4096
@@ -63,7 +64,7 @@ class Machine:
     l1_bytes: int
     l2_bytes: int
     l3_bytes: int
-    line_bytes: int = 64
+    line_bytes: int = CACHE_LINE_BYTES
     calibration: Calibration | None = None  # measured peaks, when known (see the module doc)
 
     def lanes(self, dtype: str) -> int:
