@@ -60,9 +60,12 @@ ALGEBRA_CANDIDATES = 2
 ALGEBRA_SLACK = 2.0
 # Above this many e-nodes, one candidate per e-class: on 23 random programs' loop stages of 5k to
 # 10k e-nodes, 4 candidates found the same nests as 1, in 3-5x the time (docs/MEASUREMENTS.md).
-# A small kernel (SMALL_KERNEL_SECONDS) keeps one too: of 39 small sweep shapes, 38 got nests
-# predicted as fast (one 9% slower, a 10 us MLP), and attention 256x32 optimized in 0.7 s, not 1.4.
 CANDIDATES_UP_TO_NODES = 5_000
+# A small kernel's (SMALL_KERNEL_SECONDS) bound, where compile time weighs more: with one
+# candidate, 231x457 @ 457x163, 9x522 @ 522x158 and 547x163 @ 163x176 products (1.8-2.7k
+# e-nodes) got nests 1.7-1.8x slower; with 4 up to 5k, small multi-head attentions compiled
+# 0.5-1.2 s slower for the same kernels (docs/MEASUREMENTS.md).
+SMALL_CANDIDATES_UP_TO_NODES = 3_000
 
 
 # The stage-1 forms of a program of at most this many flops are run by the interpreter on random
@@ -487,11 +490,13 @@ def _schedule_loops(
     if small is not None:
         limits = replace(limits, nodes=small)
     cost = LoopCost(machine, canonical.dtype)
-    few = small is not None  # a small kernel: one candidate per e-class
     # the parts at once, in worker processes too: what each gets does not depend on where it ran
     scheduled = parallel_map(
         _schedule_part,
-        [(piece, machine, cost.dtype, limits, few, progress) for piece in parts(canonical.body)],
+        [
+            (piece, machine, cost.dtype, limits, small is not None, progress)
+            for piece in parts(canonical.body)
+        ],
         timeout=limits.seconds + limits.extraction_seconds,
     )
     extracted = joined(canonical.body, [part.extracted for part in scheduled])
@@ -524,18 +529,20 @@ class _Part:
 
 
 def _schedule_part(
-    piece: Term, machine: Machine, dtype: str, limits: Limits, few: bool, progress: Progress
+    piece: Term, machine: Machine, dtype: str, limits: Limits, small: bool, progress: Progress
 ) -> _Part:
-    """The cheapest nest of loop term `piece` found in its own kernel e-graph (one candidate per
-    e-class kept in extraction if `few`, or the e-graph is large). It runs in a worker process
-    as well (`eqsat.core.workers`): it depends on its arguments alone."""
+    """The cheapest nest of loop term `piece` found in its own kernel e-graph (`small`: a small
+    kernel's, with its tiles, `tile_sizes`, and its bound on the e-graphs that keep several
+    candidates per e-class in extraction). It runs in a worker process as well
+    (`eqsat.core.workers`): it depends on its arguments alone."""
     cost = LoopCost(machine, dtype)
-    tiles = tile_sizes(machine, dtype, small_kernel=few)
+    tiles = tile_sizes(machine, dtype, small_kernel=small)
     egraph, report = schedule(piece, machine, dtype, limits, tiles, progress=progress.iteration)
     with owned_egraph(egraph):
         graph = SerializedGraph(egraph)
     progress.extracting(report.stage, graph.size)
-    keep = 1 if few or graph.size > CANDIDATES_UP_TO_NODES else CANDIDATES_PER_CLASS
+    up_to = SMALL_CANDIDATES_UP_TO_NODES if small else CANDIDATES_UP_TO_NODES
+    keep = CANDIDATES_PER_CLASS if graph.size <= up_to else 1
     start = time.monotonic()
     extraction = graph.extract_top(
         graph.root(ROOT), cost, keep, deadline=start + limits.extraction_seconds, written=[piece]
