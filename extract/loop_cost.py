@@ -73,6 +73,12 @@ LOOP_OVERHEAD = 1.0  # cycles per iteration (increment, compare, branch)
 # on one thread. PARALLEL_START cycles (4 starts of ~0.9 us at 2.8 GHz) without a calibration.
 PARALLEL_CALL_RESTARTS = 4.0
 PARALLEL_START = 10_000.0
+# The share of a register tile's vector loads from a caller's array that span two cache lines,
+# each costing two loads: numpy aligns arrays to 16 bytes (a large one starts 16 bytes past a
+# line), so every 64-byte load splits and every other 32-byte one. relu(x @ W + b), 547x163 @
+# 163x176 at AVX-512: a tile of 1 row x 11 vectors of W ran 0.228 ms, 0.175 ms reading an
+# aligned copy of W (docs/MEASUREMENTS.md).
+SPLIT_LOAD_SHARE = {"avx512": 1.0, "avx2": 0.5, "scalar": 0.0}
 UNARY_CYCLES = {
     "exp": 10.0,
     "log": 10.0,
@@ -380,13 +386,19 @@ class LoopCost:
         by how often it runs."""
         value = tile.accumulate.args[3]
         assert isinstance(value, Term)
-        indices = [i for load in loads_in(value) if isinstance(i := load.args[1], Term)]
+        # each operand's index, and what one of its loads costs (a split vector load two)
+        split = SPLIT_LOAD_SHARE[self.machine.isa]
+        operands = [
+            (index, 1 + split if _caller_vector(load, tile.vector_axis) else 1.0)
+            for load in loads_in(value)
+            if isinstance(index := load.args[1], Term)
+        ]
         step = accumulators = 0.0
         for weight, sizes_of_variant in self.tile_variants(tile):
             count = math.prod(sizes_of_variant.values())
             operand_loads = sum(
-                math.prod([n for a, n in sizes_of_variant.items() if depends_on(index, a)])
-                for index in indices
+                cost * math.prod([n for a, n in sizes_of_variant.items() if depends_on(index, a)])
+                for index, cost in operands
             )
             # the accumulate's add fuses with a product into one FMA
             step += weight * (
@@ -763,6 +775,17 @@ def _ops(scalar: Term) -> int:
     """Arithmetic operations in a scalar expression."""
     own = 1 if scalar.op in ("Scalar.unary", "Scalar.binary", "Scalar.where") else 0
     return own + sum(_ops(a) for a in scalar.args if isinstance(a, Term))
+
+
+def _caller_vector(load: Term, vector_axis: Term | None) -> bool:
+    """True when `load` reads vectors along `vector_axis` from an input (the caller's array)."""
+    index = load.args[1]
+    assert isinstance(index, Term)
+    return (
+        vector_axis is not None
+        and str(load.args[0]).startswith("in")
+        and depends_on(index, vector_axis)
+    )
 
 
 def _latency(scalar: Term) -> float:

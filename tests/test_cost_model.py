@@ -10,6 +10,7 @@ from eqsat.extract.loop_cost import (
     PARALLEL_CALL_RESTARTS,
     PARALLEL_START,
     REUSED_ALLOCATION_BYTES,
+    SPLIT_LOAD_SHARE,
     LoopCost,
 )
 from eqsat.extract.machine import Machine
@@ -272,3 +273,35 @@ def test_a_large_output_stored_through_the_caches_is_read_first(machine: Machine
     assert allocating.traffic[2] - streamed.traffic[2] == pytest.approx(output, rel=0.01)
     small = LoopCost(machine, "float32")
     assert small.allocating_stores(copy(256, "serial")) == frozenset()  # may stay in cache
+
+
+def one_row_tile(columns_from: str, rows_from: str = "in0") -> Term:
+    """A register tile of 1 row x 64 columns over k: t[i1] += rows[k] * columns[k, i1]."""
+    k, j = named("k", 163), named("i1", 64)
+    product = Term(
+        "Scalar.binary",
+        (
+            "mul",
+            Term("Scalar.load", (rows_from, at(k))),
+            Term("Scalar.load", (columns_from, at(k, j))),
+        ),
+    )
+    return nest(
+        [(k, "serial", ()), (j, "vector", ())],
+        Term("Stmt.accumulate", ("out0", at(j), "sum", product)),
+    )
+
+
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.isa)
+def test_a_tiles_vector_loads_from_the_callers_array_are_priced_split(machine: Machine) -> None:
+    """A register tile's vectors loaded from an input (numpy's 16-byte aligned array) cost
+    SPLIT_LOAD_SHARE more than the same loads from an aligned temporary (a packed panel); the
+    broadcast element from an input costs what it did."""
+    cost = LoopCost(machine, "float32")
+    share = SPLIT_LOAD_SHARE[machine.isa]
+    assert share > 0
+    from_input = cost.estimate(one_row_tile("in1")).compute
+    from_panel = cost.estimate(one_row_tile("pk0")).compute
+    assert from_input > from_panel
+    broadcast_from_panel = cost.estimate(one_row_tile("in1", rows_from="pk1")).compute
+    assert broadcast_from_panel == pytest.approx(from_input)
