@@ -42,6 +42,7 @@ from eqsat.core.loops import (
     PARALLEL_KINDS,
     RegisterTile,
     axis_extent,
+    caller_input,
     depends_on,
     horizontal,
     large_output,
@@ -783,7 +784,7 @@ def _caller_vector(load: Term, vector_axis: Term | None) -> bool:
     assert isinstance(index, Term)
     return (
         vector_axis is not None
-        and str(load.args[0]).startswith("in")
+        and caller_input(str(load.args[0]))
         and depends_on(index, vector_axis)
     )
 

@@ -242,6 +242,12 @@ def horizontal(axis: Term, body: Term) -> bool:
 STREAM_MIN_BYTES = 8 << 20  # outputs at least this large are stored around the caches
 
 
+def caller_input(buffer: str) -> bool:
+    """True for an input buffer (`in{i}`, `LoopProgram`): the caller's array, aligned only to
+    its dtype (numpy's: 16 bytes), unlike the kernel's line-aligned temporaries."""
+    return buffer.startswith("in")
+
+
 def large_output(buffer: str, shape: tuple[int, ...], item_bytes: int) -> bool:
     """True when `buffer` is an output of STREAM_MIN_BYTES or more: too large to stay in cache
     for its reader (its stores may bypass the caches, `streamed_store`)."""
