@@ -22,6 +22,7 @@ from eqsat.backend_c.build import cache_dir
 from eqsat.backend_c.kernel import Kernel
 from eqsat.core.terms import LoopProgram, Term
 from eqsat.optimizer import Optimized
+from tests.conftest import copy_calibrations
 
 SHAPE = (64, 64)
 PROGRESS_LINE = re.compile(
@@ -31,9 +32,11 @@ PROGRESS_LINE = re.compile(
 
 @pytest.fixture(scope="module", autouse=True)
 def private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One compile cache for this module: builds are shared, remembered choices are not."""
+    """One compile cache for this module, with this machine's calibrations: builds are shared,
+    remembered choices are not."""
     with pytest.MonkeyPatch.context() as patch:
         directory = tmp_path_factory.mktemp("cache")
+        copy_calibrations(directory)
         patch.setenv("EQSAT_CACHE_DIR", str(directory))
         yield directory
 

@@ -153,3 +153,50 @@ def test_a_busy_spell_falls_on_every_thread_count_alike(monkeypatch: pytest.Monk
     monkeypatch.setattr(calibrate.time, "perf_counter", lambda: clock["now"])
     rates = calibrate._best_rates(run, lambda threads: float(threads), (1, 2))
     assert rates == pytest.approx({t: t / calibrate.MIN_CALL_SECONDS for t in (1, 2)})
+
+
+def test_per_core_figures_that_do_not_scale_are_measured_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The first measurement's 2-thread figures come from a spell when the other core was busy
+    # (as the 1-thread ones); the second's from a quiet one, but for DRAM, which was busier.
+    spells = {"fma": iter([1.0, 2.0]), "triad": iter([1.0, 2.0])}
+    dram = iter([1.5, 1.2])
+
+    def fma_rates(library: object, machine: Machine, dtype: str) -> dict[int, float]:
+        return {1: 100.0, 2: 100.0 * next(spells["fma"]) if dtype == "float32" else 200.0}
+
+    def triad_rates(library: object, buffer: object, machine: Machine, level: str) -> dict:
+        if level == "DRAM":
+            return {1: 10.0, 2: 10.0 * next(dram)}
+        rate = next(spells["triad"]) if level == "L1" else 2.0
+        return {1: 50.0, 2: 50.0 * rate}
+
+    monkeypatch.setattr(calibrate, "build_library", lambda *args: None)
+    monkeypatch.setattr(calibrate, "_fma_rates", fma_rates)
+    monkeypatch.setattr(calibrate, "_triad_rates", triad_rates)
+    monkeypatch.setattr(calibrate, "_region_start_seconds", lambda *args: 1e-5)
+    measured = calibrate.measure(MACHINE)
+    assert measured.peak_flops["float32"] == {1: 100.0, 2: 200.0}
+    assert measured.bandwidth["L1"] == {1: 50.0, 2: 100.0}
+    assert measured.bandwidth["DRAM"] == {1: 10.0, 2: 15.0}  # each figure's best of the two
+    assert next(dram, None) is None  # measured twice, and no more once the figures scaled
+
+
+def test_per_core_figures_of_cores_that_share_them_are_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # SMT siblings: the second thread adds nothing, however often it is measured
+    measurements = []
+
+    def fma_rates(library: object, machine: Machine, dtype: str) -> dict[int, float]:
+        measurements.append(dtype)
+        return {1: 100.0, 2: 110.0}
+
+    monkeypatch.setattr(calibrate, "build_library", lambda *args: None)
+    monkeypatch.setattr(calibrate, "_fma_rates", fma_rates)
+    monkeypatch.setattr(calibrate, "_triad_rates", lambda *args: {1: 50.0, 2: 55.0})
+    monkeypatch.setattr(calibrate, "_region_start_seconds", lambda *args: 1e-5)
+    measured = calibrate.measure(MACHINE)
+    assert measured.peak_flops["float32"] == {1: 100.0, 2: 110.0}
+    assert len(measurements) == len(DTYPES) * (1 + calibrate.REMEASUREMENTS)

@@ -8,7 +8,6 @@ One LocalCluster of two worker processes serves the module; they share the test'
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Iterator
 
@@ -19,8 +18,8 @@ import pytest
 from distributed import Client, LocalCluster
 
 import eqsat
-from eqsat.backend_c.build import cache_dir
 from eqsat.extract.machine import host
+from tests.conftest import copy_calibrations
 from tests.programs import assert_close
 
 SCHEDULERS = ("threads", "processes", "distributed")
@@ -33,8 +32,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
     sets OMP_NUM_THREADS=1 in this process (as its nanny does on workers), which `host()` reads:
     the environment and `host()` are restored afterwards, for the tests that follow."""
     shared = tmp_path_factory.mktemp("shared-cache")
-    for calibration in cache_dir().glob("calibration-*.json"):
-        shutil.copy(calibration, shared)
+    copy_calibrations(shared)
     environment = dict(os.environ)
     os.environ["EQSAT_CACHE_DIR"] = str(shared)
     try:

@@ -14,6 +14,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
 from eqsat.extract.machine import host
+from tests.conftest import copy_calibrations
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
@@ -30,8 +31,11 @@ def test_every_notebook_is_found() -> None:
 
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One compile cache for all notebooks, fresh for the run (like .ci/run's)."""
-    return tmp_path_factory.mktemp("eqsat-cache")
+    """One compile cache for all notebooks, fresh for the run (like .ci/run's), with this
+    machine's calibrations."""
+    directory = tmp_path_factory.mktemp("eqsat-cache")
+    copy_calibrations(directory)
+    return directory
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
