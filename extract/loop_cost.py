@@ -43,6 +43,7 @@ from eqsat.core.loops import (
     RegisterTile,
     axis_extent,
     caller_input,
+    caller_output,
     depends_on,
     horizontal,
     large_output,
@@ -65,7 +66,7 @@ from eqsat.core.loops import (
     without_unit_tail,
 )
 from eqsat.core.term import Arg, Term, index_items
-from eqsat.extract.machine import Machine
+from eqsat.extract.machine import L1_SET_SPAN, Machine
 
 LOOP_OVERHEAD = 1.0  # cycles per iteration (increment, compare, branch)
 # A parallel region is priced as a kernel called in a loop pays it: its workers still spin.
@@ -80,6 +81,15 @@ PARALLEL_START = 10_000.0
 # 163x176 at AVX-512: a tile of 1 row x 11 vectors of W ran 0.228 ms, 0.175 ms reading an
 # aligned copy of W (docs/MEASUREMENTS.md).
 SPLIT_LOAD_SHARE = {"avx512": 1.0, "avx2": 0.5, "scalar": 0.0}
+# Cycles of each access of a register tile to rows of a caller's array a whole multiple of
+# L1_SET_SPAN apart (a 1024-wide float32 product's), when the tile's accesses step from row to
+# row: they then fall in the same L1 sets and evict each other, and loads wait on stores to the
+# same low address bits. Such are the loads and stores of accumulators in several rows of an
+# output, and the operand loads that move a row each step of the tile's loop (B read in place).
+# An 8 x 32 tile 64 deep ran at 79% of an AMD EPYC's AVX-512 peak with its rows 4 KiB apart, 99%
+# with rows one line longer, 256 deep 93%: ~8 cycles (4 of the model's) an access
+# (docs/MEASUREMENTS.md).
+ALIASED_ACCESS_CYCLES = 4.0
 UNARY_CYCLES = {
     "exp": 10.0,
     "log": 10.0,
@@ -389,8 +399,17 @@ class LoopCost:
         assert isinstance(value, Term)
         # each operand's index, and what one of its loads costs (a split vector load two)
         split = SPLIT_LOAD_SHARE[self.machine.isa]
+        loop_axis = statement.args[0]
+        assert isinstance(loop_axis, Term)
         operands = [
-            (index, 1 + split if _caller_vector(load, tile.vector_axis) else 1.0)
+            (
+                index,
+                ALIASED_ACCESS_CYCLES * LOADS_PER_CYCLE
+                if self.aliased_rows(load, (loop_axis,))
+                else 1 + split
+                if _caller_vector(load, tile.vector_axis)
+                else 1.0,
+            )
             for load in loads_in(value)
             if isinstance(index := load.args[1], Term)
         ]
@@ -412,9 +431,25 @@ class LoopCost:
             )
             accumulators += weight * count
         trips = mean_trips(statement.args[0])  # type: ignore[arg-type]
-        spill = accumulators * (1 / LOADS_PER_CYCLE + 1 / STORES_PER_CYCLE)
+        if self.aliased_rows(tile.accumulate, tile.unrolled):
+            spill = accumulators * 2 * ALIASED_ACCESS_CYCLES
+        else:
+            spill = accumulators * (1 / LOADS_PER_CYCLE + 1 / STORES_PER_CYCLE)
         compute = trips * (step + LOOP_OVERHEAD) + spill
         return _Statement.of(self.combine(touched, [body], trips, compute), touched)
+
+    def aliased_rows(self, access: Term, axes: Iterable[Term]) -> bool:
+        """Whether `access` (a load, or an accumulate: buffer and index first) reaches rows of a
+        caller's array a whole multiple of L1_SET_SPAN bytes apart, another row as one of
+        `axes` moves (ALIASED_ACCESS_CYCLES)."""
+        buffer, index = access.args[:2]
+        assert isinstance(index, Term)
+        rows = index_items(index)[:-1]
+        return (
+            (caller_input(str(buffer)) or caller_output(str(buffer)))
+            and _row_length(index) * self.item_bytes % L1_SET_SPAN == 0
+            and any(moves_with(row, axis) for row in rows for axis in axes)
+        )
 
     def tile_variants(self, tile: RegisterTile) -> list[tuple[float, dict[Term, int]]]:
         """(how often it runs, accumulators along each tile axis) of each variant of a register

@@ -61,7 +61,11 @@ from eqsat.core.terms import LoopProgram, Term, index_items, index_list
 from eqsat.extract.machine import L1_SET_SPAN
 from eqsat.rewrites.lowering import index_of, seq
 
-PANEL_BYTES = 128 * 1024  # a panel stays well inside L2 next to the rows it is multiplied with
+# A panel stays well inside L2 next to the rows it is multiplied with. 256 KiB: a 2048-deep panel
+# of 32 columns, which a register tile reading all of k at once (its accumulators stored once,
+# not per depth block: ALIASED_ACCESS_CYCLES) needs; 2048-cubed at avx512 on an AMD EPYC ran
+# 152-199 ms reading B in place, 98-108 ms packed (docs/MEASUREMENTS.md).
+PANEL_BYTES = 256 * 1024
 # A register tile's rows, packed (module doc): a block of all rows of one depth tile, at most a
 # quarter of L2 on the machines this was measured on (docs/MEASUREMENTS.md).
 ROWS_PANEL_BYTES = 512 * 1024

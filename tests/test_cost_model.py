@@ -305,3 +305,43 @@ def test_a_tiles_vector_loads_from_the_callers_array_are_priced_split(machine: M
     assert from_input > from_panel
     broadcast_from_panel = cost.estimate(one_row_tile("in1", rows_from="pk1")).compute
     assert broadcast_from_panel == pytest.approx(from_input)
+
+
+def row_tile(columns: int, output: str, columns_from: str, lanes: int) -> Term:
+    """A register tile of 4 rows x 2 vectors of `lanes`, 16 deep, of out[i0, i1] += A[i0, k] *
+    B[k, i1], the rows `columns` elements long (the tile's columns a block of them)."""
+    k, i0, i1 = named("k", 16), named("i0", 4), named("i1", columns)
+    block = inner(i1, 2 * lanes)
+    product = Term(
+        "Scalar.binary",
+        (
+            "mul",
+            Term("Scalar.load", ("pk1", at(i0, k))),
+            Term("Scalar.load", (columns_from, at(k, i1))),
+        ),
+    )
+    return nest(
+        [
+            (outer(i1, 32), "serial", ()),
+            (k, "serial", ()),
+            (i0, "unroll", (4,)),
+            (block, "vector", ()),
+        ],
+        Term("Stmt.accumulate", (output, at(i0, i1), "sum", product)),
+    )
+
+
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.isa)
+def test_a_tiles_accesses_to_rows_a_set_span_apart_are_priced_aliased(machine: Machine) -> None:
+    """A tile's accumulators in rows of a caller's output 4 KiB apart (1024 floats), and its
+    operand read in place a row per step, cost more than in a temporary's rows (padded,
+    `backend_c.emit`) or in a packed panel; at 1008 floats a row, they cost the same."""
+    cost = LoopCost(machine, "float32")
+
+    def compute(columns: int, output: str, columns_from: str = "pk0") -> float:
+        return cost.estimate(row_tile(columns, output, columns_from, cost.lanes)).compute
+
+    assert compute(1024, "out0") > 1.2 * compute(1024, "t0")
+    assert compute(1008, "out0") == pytest.approx(compute(1008, "t0"))
+    in_place = compute(1024, "t0", "in1") / compute(1024, "t0", "pk0")
+    assert in_place > 1.2 * compute(1008, "t0", "in1") / compute(1008, "t0", "pk0")

@@ -248,10 +248,15 @@ def caller_input(buffer: str) -> bool:
     return buffer.startswith("in")
 
 
+def caller_output(buffer: str) -> bool:
+    """True for an output buffer (`out{i}`, `LoopProgram`): the caller's array, dense."""
+    return buffer.startswith("out")
+
+
 def large_output(buffer: str, shape: tuple[int, ...], item_bytes: int) -> bool:
     """True when `buffer` is an output of STREAM_MIN_BYTES or more: too large to stay in cache
     for its reader (its stores may bypass the caches, `streamed_store`)."""
-    return buffer.startswith("out") and math.prod(shape) * item_bytes >= STREAM_MIN_BYTES
+    return caller_output(buffer) and math.prod(shape) * item_bytes >= STREAM_MIN_BYTES
 
 
 def streamed_store(
