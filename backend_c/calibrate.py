@@ -74,6 +74,7 @@ REGION_IDLE_SECONDS = 3e-3  # ... each after this long, past the workers' spin (
 PER_CORE_SCALING = 0.75
 PER_CORE_LEVELS = ("L1", "L2")
 REMEASUREMENTS = 3
+Figures = dict[str, dict[int, float]]  # a rate by name (dtype or level) and thread count
 _PAD_FLOATS = 64  # between the triad arrays, so that a[i], b[i], c[i] differ in their low bits
 _C_TYPES = {"float32": "float", "float64": "double"}
 
@@ -284,9 +285,6 @@ def _region_start_seconds(library: Library, sink: np.ndarray, idle_seconds: floa
         library.ffi.from_buffer("float[]", sink),
     )
     return float(np.median(seconds))
-
-
-Figures = dict[str, dict[int, float]]  # a rate by name (dtype or level) and thread count
 
 
 def _per_core_figures_scale(peak_flops: Figures, bandwidth: Figures) -> bool:

@@ -397,19 +397,19 @@ class LoopCost:
         by how often it runs."""
         value = tile.accumulate.args[3]
         assert isinstance(value, Term)
-        # each operand's index, and what one of its loads costs (a split vector load two)
+        # each operand's index, and what one of its loads costs (a split vector load two, one
+        # in rows a set span apart ALIASED_ACCESS_CYCLES)
         split = SPLIT_LOAD_SHARE[self.machine.isa]
         loop_axis = statement.args[0]
         assert isinstance(loop_axis, Term)
+
+        def load_cost(load: Term) -> float:
+            if self.aliased_rows(load, (loop_axis,)):
+                return ALIASED_ACCESS_CYCLES * LOADS_PER_CYCLE
+            return 1 + split if _caller_vector(load, tile.vector_axis) else 1.0
+
         operands = [
-            (
-                index,
-                ALIASED_ACCESS_CYCLES * LOADS_PER_CYCLE
-                if self.aliased_rows(load, (loop_axis,))
-                else 1 + split
-                if _caller_vector(load, tile.vector_axis)
-                else 1.0,
-            )
+            (index, load_cost(load))
             for load in loads_in(value)
             if isinstance(index := load.args[1], Term)
         ]
