@@ -57,7 +57,7 @@ from eqsat.core.loops import (
     vectorizable,
 )
 from eqsat.core.term import REDUCE_IDENTITY, LoopProgram, Term, index_items, index_list
-from eqsat.extract.machine import CACHE_LINE_BYTES, L1_SET_SPAN
+from eqsat.extract.machine import CACHE_LINE_BYTES, rows_share_sets
 
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _SCALAR_UNARY = {
@@ -116,7 +116,7 @@ def temporary_strides(shape: tuple[int, ...], item_bytes: int) -> tuple[int, ...
     register tile's rows and a column block's rows evict each other from L1 and L2 (relu(x @ W
     + b), 512x1024 @ 1024x1024 at AVX-512, its column blocks of a 512 x 1024 temporary: 3.89 ->
     3.60 ms, docs/MEASUREMENTS.md). Inputs and outputs are the caller's, dense."""
-    if len(shape) < 2 or shape[-1] * item_bytes % L1_SET_SPAN:
+    if len(shape) < 2 or not rows_share_sets(shape[-1] * item_bytes):
         return dense_strides(shape)
     row = shape[-1] + CACHE_LINE_BYTES // item_bytes
     return (*(rows * row for rows in dense_strides(shape[:-1])), 1)

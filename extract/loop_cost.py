@@ -66,7 +66,7 @@ from eqsat.core.loops import (
     without_unit_tail,
 )
 from eqsat.core.term import Arg, Term, index_items
-from eqsat.extract.machine import L1_SET_SPAN, Machine
+from eqsat.extract.machine import Machine, rows_share_sets
 
 LOOP_OVERHEAD = 1.0  # cycles per iteration (increment, compare, branch)
 # A parallel region is priced as a kernel called in a loop pays it: its workers still spin.
@@ -430,7 +430,7 @@ class LoopCost:
                 + count * _latency(value)
             )
             accumulators += weight * count
-        trips = mean_trips(statement.args[0])  # type: ignore[arg-type]
+        trips = mean_trips(loop_axis)
         if self.aliased_rows(tile.accumulate, tile.unrolled):
             spill = accumulators * 2 * ALIASED_ACCESS_CYCLES
         else:
@@ -447,7 +447,7 @@ class LoopCost:
         rows = index_items(index)[:-1]
         return (
             (caller_input(str(buffer)) or caller_output(str(buffer)))
-            and _row_length(index) * self.item_bytes % L1_SET_SPAN == 0
+            and rows_share_sets(_row_length(index) * self.item_bytes)
             and any(moves_with(row, axis) for row in rows for axis in axes)
         )
 

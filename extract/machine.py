@@ -38,6 +38,12 @@ L1_SET_SPAN = 4096
 DEFAULT_CLOCK_HZ = 3.0e9
 
 
+def rows_share_sets(row_bytes: int) -> bool:
+    """Whether rows `row_bytes` long put each column of consecutive rows in the same L1 sets
+    (a whole multiple of L1_SET_SPAN)."""
+    return row_bytes % L1_SET_SPAN == 0
+
+
 @dataclass(frozen=True)
 class Calibration:
     """Measured peaks of one machine, indexed by the thread counts measured (1 and all cores).

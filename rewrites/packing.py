@@ -58,7 +58,7 @@ from eqsat.core.loops import (
     statements_in,
 )
 from eqsat.core.terms import LoopProgram, Term, index_items, index_list
-from eqsat.extract.machine import L1_SET_SPAN
+from eqsat.extract.machine import rows_share_sets
 from eqsat.rewrites.lowering import index_of, seq
 
 # A panel stays well inside L2 next to the rows it is multiplied with. 256 KiB: a 2048-deep panel
@@ -149,7 +149,7 @@ class _Packer:
             return None
         shape = self.shapes[str(operand.args[0])]
         row_bytes = math.prod(shape[moving[0] + 1 :]) * self.item_bytes
-        apart = moving[0] < len(items) - 1 and row_bytes % L1_SET_SPAN == 0
+        apart = moving[0] < len(items) - 1 and rows_share_sets(row_bytes)
         return unroll if apart else None
 
     def _fresh_name(self) -> str:
