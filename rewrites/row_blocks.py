@@ -75,6 +75,12 @@ SERIAL = Term("LoopKind.serial", ())
 ROW_BLOCK_KINDS = (SERIAL, PARALLEL, PARALLEL_SUM)
 # The smallest block of rows tried beyond the loops' own tiles (a register tile's rows).
 MIN_BLOCK = 8
+# A fusion whose statements share no temporary (a product with its output's zeroing) saves no
+# temporary's trips through the caches; it is kept only when predicted this factor faster: its
+# smaller gains are within the model's error, and it moves the row blocks outside loops whose
+# panels packing would share (1024^3 on one thread: fused, priced 0.8% under before packing,
+# measured 16% slower; docs/MEASUREMENTS.md).
+UNSHARED_HURDLE = 1.02
 
 
 def fuse_row_blocks(
@@ -82,7 +88,8 @@ def fuse_row_blocks(
 ) -> Term:
     """`body` (an extracted nest) with runs of row-block loops fused (module doc): the fusion
     (run and tile) that `price` (predicted cycles of a whole body) finds cheapest, again and
-    again while one is cheaper than the body so far. A block of a tile beyond the loops' own
+    again while one is cheaper than the body so far (by `UNSHARED_HURDLE` where the run shares
+    no temporary). A block of a tile beyond the loops' own
     holds at most `block_elements` elements of each temporary of the run (the cache a block's
     rows should stay in)."""
     allocations, inner = top_allocations(body)
@@ -95,19 +102,30 @@ def fuse_row_blocks(
     best_price = price(whole(best))
     while True:  # the best single fusion, until none is predicted faster
         options = [
-            _with_fused(best, run[:length], fused)
+            (_with_fused(best, run[:length], fused), _shares_temporary(fused, shapes))
             for start in range(len(best))
             for row_axis, run in _runs(best, start)
             for length in range(2, len(run) + 1)
             for tile in _common_tiles(run[:length], row_axis, best, shapes, block_elements)
             if (fused := _fused([s for _, s in run[:length]], row_axis, tile)) is not None
         ]
-        priced = [(price(whole(option)), option) for option in options]
+        priced = [
+            (price(whole(option)) * (1 if shared else UNSHARED_HURDLE), option)
+            for option, shared in options
+        ]
         cheapest = min(priced, key=lambda pair: pair[0], default=None)
         if cheapest is None or cheapest[0] >= best_price:
             break
         best_price, best = cheapest
     return whole(best)
+
+
+def _shares_temporary(fused: Term, temporaries: Mapping[str, tuple[int, ...]]) -> bool:
+    """Whether two statements of the `fused` loop's block touch one of the `temporaries`."""
+    statements = top_statements(fused.args[2])  # type: ignore[arg-type]
+    return any(
+        sum(name in buffers_accessed(s) for s in statements) > 1 for name in temporaries
+    )
 
 
 def _with_fused(statements: list[Term], run: list[tuple[int, Term]], fused: Term) -> list[Term]:

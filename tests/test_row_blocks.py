@@ -223,6 +223,35 @@ def test_the_cost_model_keeps_the_loops_apart_when_fusing_is_not_cheaper() -> No
     assert fused_tiles(program, lambda body: -fewest_statements(body)) == [4, 8]
 
 
+def output_twice() -> LoopProgram:
+    """out0 = x * 2 in blocks of 4 rows, then out0 = out0 * 3 in blocks of 8: two passes that
+    share no temporary."""
+    doubled = binary("mul", load("in0", at(ROW, J)), Term("Scalar.const", (2.0,)))
+    tripled = binary("mul", load("out0", at(ROW, J)), Term("Scalar.const", (3.0,)))
+    body = seq(
+        [
+            row_loop(4, "parallel", "serial", Term("Stmt.store", ("out0", at(ROW, J), doubled))),
+            row_loop(8, "parallel", "serial", Term("Stmt.store", ("out0", at(ROW, J), tripled))),
+        ]
+    )
+    return LoopProgram(body, (("x", (ROWS, COLUMNS)),), ((ROWS, COLUMNS),), "float64")
+
+
+@pytest.mark.parametrize("gain, output_passes", [(0.01, [4, 8]), (0.03, [4])])
+def test_passes_sharing_no_temporary_fuse_only_when_predicted_clearly_faster(
+    gain: float, output_passes: list[int]
+) -> None:
+    """Passes through a temporary fuse at any predicted gain; passes that share only their
+    output fuse when predicted UNSHARED_HURDLE (2%) faster: at 3%, not at 1%."""
+
+    def price(body: Term) -> float:
+        return 100 * (1 - gain) if fewest_statements(body) == 1 else 100
+
+    through_temporary = two_passes((4, "parallel", "serial"), (8, "parallel", "serial"))
+    assert fused_tiles(through_temporary, price) == [4]
+    assert fused_tiles(output_twice(), price) == output_passes
+
+
 @pytest.mark.parametrize("isa", VECTOR_ISAS)
 def test_attention_runs_its_softmax_and_product_one_row_block_at_a_time(isa: str) -> None:
     """The extracted attention nest has the scores' matmul over blocks of columns, the softmax
