@@ -23,6 +23,12 @@ from eqsat.rewrites.rule import Identity
 
 SERIAL = LoopKind.serial()
 MIN_ACCUMULATORS = 12
+# A long depth tile's panel of a register tile's columns fills at most this share of L2: 1024
+# deep for 32 floats and a 1 MiB L2. A 4096-deep product otherwise ran all of k at once, its
+# panel too large to pack and read in place, or 64-deep blocks that reload the accumulators 64
+# times: 1024 x 4096 @ 4096 x 1024 at avx512 on an AMD EPYC 64-70 -> 41-43 ms
+# (docs/MEASUREMENTS.md).
+LONG_PANEL_SHARE = 8
 
 
 @dataclass(frozen=True)
@@ -100,9 +106,12 @@ def tile_sizes(machine: Machine, dtype: str, small_kernel: bool = False) -> Tile
     """Tiles for `machine`: a register tile of `rows` x (2 or 3 vectors: MIN_ACCUMULATORS), a
     cache tile T (a power of two) such that T-deep panels of both register-tile operands fit L1
     together and a T x T block fits half of L2 (ARCHITECTURE §5b: 8 rows x 32 columns, 256-deep
-    blocks on an AVX-512 machine with a 48 KiB L1), and a depth tile D < T for the contraction
-    axis where the cost model would not keep a T-deep panel in L1: D-deep rows of both
-    operands of a register tile fit the part of L1 a footprint may fill (CACHE_USE).
+    blocks on an AVX-512 machine with a 48 KiB L1), and depth tiles for the contraction axis:
+    D < T where the cost model would not keep a T-deep panel in L1 (D-deep rows of both
+    operands of a register tile fit the part of L1 a footprint may fill, CACHE_USE), and a long
+    one L > T, the deepest whose panel of the register tile's columns fills at most
+    1/LONG_PANEL_SHARE of L2 (contractions deeper than L, e.g. 4096, run in L-deep blocks of
+    packed panels).
 
     A `small_kernel` (`eqsat.optimizer`'s, whose roofline time is under 0.1 ms) gets more tiles
     for the cost model to choose from. Where rows >= 8, tiles of rows/2 rows: its narrow products
@@ -130,6 +139,9 @@ def tile_sizes(machine: Machine, dtype: str, small_kernel: bool = False) -> Tile
     depth = cache
     while depth > columns and depth * (columns + rows) * item > machine.l1_bytes * CACHE_USE:
         depth //= 2
+    long_depth = cache
+    while 2 * long_depth * columns * item <= machine.l2_bytes // LONG_PANEL_SHARE:
+        long_depth *= 2
     register = {rows, columns}
     if small_kernel:
         register |= {rows // 2} if rows >= 8 else set()
@@ -137,7 +149,7 @@ def tile_sizes(machine: Machine, dtype: str, small_kernel: bool = False) -> Tile
     return TileSizes(
         cache=(cache,),
         register=tuple(sorted(register)),
-        depth=(depth,) if depth < cache else (),
+        depth=tuple(d for d in (depth, long_depth) if d != cache),
     )
 
 

@@ -12,6 +12,7 @@ import math
 import random
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -127,6 +128,22 @@ def test_a_small_kernel_also_gets_half_height_register_tiles() -> None:
     ), format_loops(chosen)
 
 
+@pytest.mark.parametrize("l1_kib, depths", [(32, (64, 1024)), (48, (128, 1024))])
+def test_a_long_contraction_is_offered_long_depth_blocks(l1_kib: int, depths: tuple) -> None:
+    """Beside the L1 depth tile, a long one: 1024 on a 1 MiB L2 (a 1024 x 32 panel fills an
+    eighth of it). A 4096-deep product's e-graph holds its 1024-deep blocks, a 768-deep one's
+    does not split k by 1024. (On an AMD EPYC's 32 KiB L1 the model picked them for
+    1024 x 4096 @ 4096 x 1024 over 64-deep blocks and over all of k against B read in place:
+    64-70 -> 41-43 ms, docs/MEASUREMENTS.md.)"""
+    machine = replace(PINNED, l1_bytes=l1_kib << 10)
+    tiles = tile_sizes(machine, "float32")
+    assert tiles.depth == depths
+    for deep, fired in ((4096, True), (768, False)):
+        program = lowered(eqsat.tensor("a", (64, deep)) @ eqsat.tensor("b", (deep, 64)))
+        _, report = schedule(program.body, machine, "float32", Limits(), tiles)
+        assert (report.matches["split-depth-1024"] > 0) == fired, report.matches
+
+
 def test_a_small_avx2_product_read_in_place_runs_two_vector_tiles() -> None:
     """788x77 @ 77x169 at AVX2, a small kernel, reads B's unaligned rows in place: its register
     tiles are 4 rows x 2 vectors, whose operands stay in registers, not 4 x 3, whose FMAs gcc
@@ -152,7 +169,7 @@ def test_matmul_egraph_holds_the_register_blocked_cache_tiled_vectorized_nest() 
     x, w = eqsat.tensor("x", (n, n)), eqsat.tensor("w", (n, n))
     program = lowered(x @ w)
     tiles = tile_sizes(AVX512, "float32")
-    assert tiles == TileSizes(cache=(256,), register=(8, 32), depth=(128,))
+    assert tiles == TileSizes(cache=(256,), register=(8, 32), depth=(128, 2048))
     # saturation, not the wall clock, ends it (the default 2 s ran out with the cores shared)
     egraph, report = schedule(program.body, AVX512, "float32", Limits(seconds=60.0))
     assert report.stop_reason == "saturated" and report.nodes <= 200_000
