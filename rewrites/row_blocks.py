@@ -92,9 +92,8 @@ def fuse_row_blocks(
     """`body` (an extracted nest) with runs of row-block loops fused (module doc): the fusion
     (run and tile) that `price` (predicted cycles of a whole body) finds cheapest, again and
     again while one is cheaper than the body so far (by `UNSHARED_HURDLE` where the run shares
-    no temporary). A block of a tile beyond the loops' own
-    holds at most `block_elements` elements of each temporary of the run (the cache a block's
-    rows should stay in)."""
+    no temporary). A block of a tile beyond the loops' own holds at most `block_elements`
+    elements of each temporary of the run (the cache a block's rows should stay in)."""
     allocations, inner = top_allocations(body)
     shapes = dict(allocations)
 
@@ -126,9 +125,7 @@ def fuse_row_blocks(
 def _shares_temporary(fused: Term, temporaries: Mapping[str, tuple[int, ...]]) -> bool:
     """Whether two statements of the `fused` loop's block touch one of the `temporaries`."""
     statements = top_statements(fused.args[2])  # type: ignore[arg-type]
-    return any(
-        sum(name in buffers_accessed(s) for s in statements) > 1 for name in temporaries
-    )
+    return any(sum(name in buffers_accessed(s) for s in statements) > 1 for name in temporaries)
 
 
 def _with_fused(statements: list[Term], run: list[tuple[int, Term]], fused: Term) -> list[Term]:
@@ -383,8 +380,8 @@ def _keeps_unrolled_rows(statement: Term, row_axis: Term, old: int, new: int) ->
         assert isinstance(axis, Term)
         if row_axis not in pieces_of(axis):
             continue
-        rows = axis.args[1]
-        if axis.op != "Axis.inner" or axis.args[0] != old_block or new % int(rows) != 0:  # type: ignore[arg-type]
+        rows = int(axis.args[1])  # type: ignore[arg-type]
+        if axis.op != "Axis.inner" or axis.args[0] != old_block or new % rows != 0:
             return False
     return True
 
