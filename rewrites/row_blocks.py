@@ -56,6 +56,7 @@ other touches: the zeroing of `x.T @ r`'s output) is skipped, and runs before th
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator, Mapping
 
@@ -100,6 +101,11 @@ def fuse_row_blocks(
     def whole(parts: list[Term]) -> Term:
         return allocated(allocations, seq(parts))
 
+    # Each round offers again the fusions of the last one that it did not take: built once, a
+    # fusion is the same term in every round, which the cost model's memo tables then find by
+    # identity instead of comparing a rebuilt copy node by node.
+    fused_loop = functools.cache(_fused)
+
     best = top_statements(inner)
     best_price = price(whole(best))
     while True:  # the best single fusion, until none is predicted faster
@@ -109,7 +115,8 @@ def fuse_row_blocks(
             for row_axis, run in _runs(best, start)
             for length in range(2, len(run) + 1)
             for tile in _common_tiles(run[:length], row_axis, best, shapes, block_elements)
-            if (fused := _fused([s for _, s in run[:length]], row_axis, tile)) is not None
+            if (fused := fused_loop(tuple(s for _, s in run[:length]), row_axis, tile))
+            is not None
         ]
         priced = [
             (price(whole(option)) * (1 if shared else UNSHARED_HURDLE), option)
@@ -335,7 +342,7 @@ def _common_tiles(
     return [*plain, *fitting]
 
 
-def _fused(run: list[Term], row_axis: Term, tile: int | None) -> Term | None:
+def _fused(run: tuple[Term, ...], row_axis: Term, tile: int | None) -> Term | None:
     """One loop running `run` a block at a time: over `a.outer(tile)` with each statement's
     part for one block (`_block_part`), or over `a` when `tile` is None; None when some
     statement cannot run blocks of `tile` rows (condition 3)."""

@@ -431,16 +431,24 @@ def mean_vectors(axis: Term, lanes: int) -> float:
 ACCESS_OPS = ("Scalar.load", "Stmt.store", "Stmt.accumulate")  # their args: buffer, index list
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def buffers_accessed(term: Term) -> frozenset[str]:
-    """The buffers `term` loads, stores or accumulates anywhere inside it. Memoized (terms
-    share subterms, and the cost model asks it of every candidate nest of a program): without
-    it, a transformer block's row-block fusion walked its statements 10 million times."""
-    found = {str(term.args[0])} if term.op in ACCESS_OPS else set()
-    for arg in term.args:
-        if isinstance(arg, Term):
-            found |= buffers_accessed(arg)
-    return frozenset(found)
+    """The buffers `term` loads, stores or accumulates anywhere inside it. Memoized on each term
+    object, as its hash is (terms share subterms, and the cost model asks it of every candidate
+    nest of a program: without a memo, a transformer block's row-block fusion walked its
+    statements 10 million times). A memo table keyed by value was slower: a statement rebuilt
+    equal to one it held was compared with it node by node, a third of that fusion's time."""
+    known: frozenset[str] | None = getattr(term, _BUFFERS_ACCESSED, None)
+    if known is None:
+        found = {str(term.args[0])} if term.op in ACCESS_OPS else set()
+        for arg in term.args:
+            if isinstance(arg, Term):
+                found |= buffers_accessed(arg)
+        known = frozenset(found)
+        object.__setattr__(term, _BUFFERS_ACCESSED, known)  # (a frozen dataclass)
+    return known
+
+
+_BUFFERS_ACCESSED = "_buffers_accessed"  # `buffers_accessed`'s memo attribute on a Term
 
 
 @functools.lru_cache(maxsize=1 << 16)
