@@ -505,6 +505,13 @@ def _schedule_loops(
         extracted,
         lambda option: cost.estimate(option).cycles,
         block_elements=CACHE_USE * machine.l2_bytes / cost.item_bytes,
+        # Inside a loop over heads, only where a head's temporaries spill one core's share of
+        # L3: the model prices the softmax passes as overlapped with the products, so it
+        # predicts 0.1-3% gains either way, and fused blocks pack the keys and values again
+        # each. Multi-head attention fused whose heads' scores fit ran 0.92-0.99x as fast (seq
+        # 512, 1024); with scores that go to DRAM, 1.12-1.85x faster (seq 2048, 4096;
+        # docs/MEASUREMENTS.md).
+        iteration_elements=machine.l3_bytes / machine.cores / cost.item_bytes,
     )
     return _Scheduled(
         form=form,

@@ -23,17 +23,21 @@ from __future__ import annotations
 
 from eqsat.core.loops import (
     ACCESS_OPS,
+    accesses,
     allocated,
     row_loop_of,
     top_allocations,
     top_statements,
+    without_first_index,
 )
 from eqsat.core.terms import Term, index_items, index_list
 from eqsat.rewrites.lowering import seq
 
 
 def contract_temporaries(body: Term) -> Term:
-    """`body` with every contractible top-level temporary moved into its row loop."""
+    """`body` with every contractible top-level temporary moved into its row loop (`body`
+    itself when there is none, at any depth)."""
+    program = body
     allocs, body = top_allocations(body)
     statements = top_statements(body)
     kept = []
@@ -50,7 +54,39 @@ def contract_temporaries(body: Term) -> Term:
             row_index = Term("Index.axis", (Term("Axis.inner", axis.args),))
         block = Term("Stmt.alloc", (name, (rows, *shape[1:]), _reindex(inner, name, row_index)))
         statements[statements.index(row_loop)] = Term("Stmt.loop", (axis, kind, block))
-    return allocated(kept, seq(statements))
+    within = [_contracted_within(statement) for statement in statements]
+    if len(kept) == len(allocs) and all(a is b for a, b in zip(within, statements, strict=True)):
+        return program
+    return allocated(kept, seq(within))
+
+
+def _contracted_within(statement: Term) -> Term:
+    """`statement`, or, when it is a loop whose body allocates one-row temporaries (a
+    contraction's, indexed by 0 first) that one of the body's own row loops uses alone (row
+    blocks fused inside a loop over heads, `eqsat.rewrites.row_blocks`), the loop with those
+    temporaries contracted into that row loop in turn: the one-row temporaries lose their
+    first dimension, and the body is contracted as a program of its own."""
+    if statement.op != "Stmt.loop":
+        return statement
+    axis, kind, body = statement.args
+    assert isinstance(body, Term)
+    allocations, inner = top_allocations(body)
+    zero = Term("Index.const", (0,))
+    one_row = frozenset(
+        name
+        for name, shape in allocations
+        if len(shape) > 2
+        and shape[0] == 1
+        and all(index_items(ix)[0] == zero for ix in accesses(inner, name))
+    )
+    if not one_row:
+        return statement
+    view = allocated(
+        [(name, shape[1:] if name in one_row else shape) for name, shape in allocations],
+        without_first_index(inner, one_row),
+    )
+    contracted = contract_temporaries(view)
+    return statement if contracted is view else Term("Stmt.loop", (axis, kind, contracted))
 
 
 def _reindex(term: Term, buffer: str, row_index: Term) -> Term:

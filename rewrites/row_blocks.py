@@ -69,6 +69,8 @@ from eqsat.core.loops import (
     statements_in,
     top_allocations,
     top_statements,
+    with_first_index,
+    without_first_index,
 )
 from eqsat.core.terms import Term, index_items
 from eqsat.rewrites.lowering import seq
@@ -88,13 +90,18 @@ UNSHARED_HURDLE = 1.02
 
 
 def fuse_row_blocks(
-    body: Term, price: Callable[[Term], float], block_elements: float = math.inf
+    body: Term,
+    price: Callable[[Term], float],
+    block_elements: float = math.inf,
+    iteration_elements: float = 0.0,
 ) -> Term:
     """`body` (an extracted nest) with runs of row-block loops fused (module doc): the fusion
     (run and tile) that `price` (predicted cycles of a whole body) finds cheapest, again and
     again while one is cheaper than the body so far (by `UNSHARED_HURDLE` where the run shares
-    no temporary). A block of a tile beyond the loops' own holds at most `block_elements`
-    elements of each temporary of the run (the cache a block's rows should stay in)."""
+    no temporary); then the same inside each top-level loop over a named axis whose iterations
+    each hold more than `iteration_elements` elements of temporaries (`_fused_within`). A block
+    of a tile beyond the loops' own holds at most `block_elements` elements of each temporary
+    of the run (the cache a block's rows should stay in)."""
     allocations, inner = top_allocations(body)
     shapes = dict(allocations)
 
@@ -105,9 +112,32 @@ def fuse_row_blocks(
     # fusion is the same term in every round, which the cost model's memo tables then find by
     # identity instead of comparing a rebuilt copy node by node.
     fused_loop = functools.cache(_fused)
+    statements = _fused_runs(
+        top_statements(inner), shapes, lambda parts: price(whole(parts)), block_elements, fused_loop
+    )
+    for position, statement in enumerate(statements):
 
-    best = top_statements(inner)
-    best_price = price(whole(best))
+        def in_place(loop: Term, position: int = position) -> float:
+            return price(whole([*statements[:position], loop, *statements[position + 1 :]]))
+
+        statements[position] = _fused_within(
+            statement, shapes, in_place, block_elements, iteration_elements, fused_loop
+        )
+    return whole(statements)
+
+
+def _fused_runs(
+    statements: list[Term],
+    shapes: Mapping[str, tuple[int, ...]],
+    price: Callable[[list[Term]], float],
+    block_elements: float,
+    fused_loop: Callable[[tuple[Term, ...], Term, int | None, bool], Term | None],
+    inside_parallel: bool = False,
+) -> list[Term]:
+    """`statements` (with temporaries of `shapes`) after the cheapest fusion under `price`,
+    again and again while one is predicted faster (`fuse_row_blocks`); the list itself when
+    none is. `inside_parallel`: they run inside a parallel loop, so fused loops are serial."""
+    best, best_price = statements, price(statements)
     while True:  # the best single fusion, until none is predicted faster
         options = [
             (_with_fused(best, run[:length], fused), _shares_temporary(fused, shapes))
@@ -115,18 +145,77 @@ def fuse_row_blocks(
             for row_axis, run in _runs(best, start)
             for length in range(2, len(run) + 1)
             for tile in _common_tiles(run[:length], row_axis, best, shapes, block_elements)
-            if (fused := fused_loop(tuple(s for _, s in run[:length]), row_axis, tile))
+            if (
+                fused := fused_loop(
+                    tuple(s for _, s in run[:length]), row_axis, tile, inside_parallel
+                )
+            )
             is not None
         ]
         priced = [
-            (price(whole(option)) * (1 if shared else UNSHARED_HURDLE), option)
+            (price(option) * (1 if shared else UNSHARED_HURDLE), option)
             for option, shared in options
         ]
         cheapest = min(priced, key=lambda pair: pair[0], default=None)
         if cheapest is None or cheapest[0] >= best_price:
-            break
+            return best
         best_price, best = cheapest
-    return whole(best)
+
+
+def _fused_within(
+    loop: Term,
+    shapes: Mapping[str, tuple[int, ...]],
+    price: Callable[[Term], float],
+    block_elements: float,
+    iteration_elements: float,
+    fused_loop: Callable[[tuple[Term, ...], Term, int | None, bool], Term | None],
+) -> Term:
+    """`loop`, a loop over a named axis `h` (multi-head attention's loop over its heads), with
+    the statements of its body fused by row blocks as one iteration runs them; `price` gives
+    the predicted cycles of the program with a loop in `loop`'s place. Within one iteration, a
+    buffer that every access in the body indexes by plain `h` first is a buffer of the other
+    dimensions (`_major`): the body is fused as a program over those (`without_first_index`), and
+    `h` put back first (`with_first_index`). Anything else, or a loop whose iterations hold at
+    most `iteration_elements` elements of the temporaries of `shapes`, is `loop` itself."""
+    row = _row_axis(loop)
+    if row is None or row[1] is not None:
+        return loop
+    axis, kind, body = loop.args
+    assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body, Term)
+    allocations, inner = top_allocations(body)
+    statements = top_statements(inner)
+    major = _major(inner, axis)
+    held = sum(math.prod(shape[1:]) for name, shape in shapes.items() if name in major)
+    if len(statements) < 2 or held <= iteration_elements:
+        return loop
+
+    def rebuilt(view: list[Term]) -> Term:
+        parts = [
+            with_first_index(statement, major, Term("Index.axis", (axis,))) for statement in view
+        ]
+        return Term("Stmt.loop", (axis, kind, allocated(allocations, seq(parts))))
+
+    view = [without_first_index(statement, major) for statement in statements]
+    view_shapes = {name: shape[1:] if name in major else shape for name, shape in shapes.items()}
+    fused = _fused_runs(
+        view,
+        view_shapes,
+        lambda parts: price(rebuilt(parts)),
+        block_elements,
+        fused_loop,
+        inside_parallel=kind != SERIAL,
+    )
+    return loop if fused is view else rebuilt(fused)
+
+
+def _major(statement: Term, axis: Term) -> frozenset[str]:
+    """The buffers that every access inside `statement` indexes by plain `axis` first."""
+    plain = Term("Index.axis", (axis,))
+    return frozenset(
+        buffer
+        for buffer in buffers_accessed(statement)
+        if all(index_items(ix)[:1] == [plain] for ix in accesses(statement, buffer))
+    )
 
 
 def _shares_temporary(fused: Term, temporaries: Mapping[str, tuple[int, ...]]) -> bool:
@@ -342,16 +431,21 @@ def _common_tiles(
     return [*plain, *fitting]
 
 
-def _fused(run: tuple[Term, ...], row_axis: Term, tile: int | None) -> Term | None:
+def _fused(
+    run: tuple[Term, ...], row_axis: Term, tile: int | None, inside_parallel: bool
+) -> Term | None:
     """One loop running `run` a block at a time: over `a.outer(tile)` with each statement's
     part for one block (`_block_part`), or over `a` when `tile` is None; None when some
-    statement cannot run blocks of `tile` rows (condition 3)."""
+    statement cannot run blocks of `tile` rows (condition 3). The loop is serial
+    `inside_parallel` (the run is the body of a parallel loop)."""
     parts = [_block_part(statement, row_axis, tile) for statement in run]
     if any(part is None for part in parts):
         return None
     axis = row_axis if tile is None else Term("Axis.outer", (row_axis, tile))
     kinds = {s.args[1] for s in run if _own_tile(s, row_axis)[0]}  # row-local ones: parallel
     kind = SERIAL if SERIAL in kinds else PARALLEL_SUM if PARALLEL_SUM in kinds else PARALLEL
+    if inside_parallel:
+        kind = SERIAL
     return Term("Stmt.loop", (axis, kind, seq(parts)))  # type: ignore[arg-type]
 
 

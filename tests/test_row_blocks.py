@@ -4,6 +4,7 @@ that the fused program computes what the unfused one did (interpreter and compil
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,11 +13,13 @@ from hypothesis import strategies as st
 
 import eqsat
 from eqsat.core.interp import run
-from eqsat.core.loops import buffers_accessed, top_allocations, top_statements
+from eqsat.core.loops import buffers_accessed, statements_in, top_allocations, top_statements
 from eqsat.core.pretty import format_loops
 from eqsat.core.terms import LoopProgram, Term, index_list
+from eqsat.extract.machine import Machine
 from eqsat.rewrites.lowering import seq
 from eqsat.rewrites.row_blocks import _renamed, fuse_row_blocks
+from eqsat.tools.whole_programs import attention_heads
 from tests.isas import ISAS, VECTOR_ISAS
 from tests.machines import PINNED
 from tests.programs import agrees_with_interpreter, assert_variant_agrees
@@ -318,6 +321,84 @@ def test_attention_runs_its_softmax_and_product_one_row_block_at_a_time(isa: str
     with np.errstate(all="ignore"):
         want = reference(**values)
         wide = reference(**{name: v.astype(np.float64) for name, v in values.items()})
+    assert_specials_agree(kernel(**values), want, wide)
+
+
+HEADS = named("i2", 3)
+
+
+def passes_per_head() -> LoopProgram:
+    """For each of 3 heads, in a parallel loop: t0 = x * 2 in row blocks of 4, then out0 = t0 +
+    x in row blocks of 8; every buffer indexed by the head first."""
+    index = at(HEADS, ROW, J)
+    doubled = binary("mul", load("in0", index), Term("Scalar.const", (2.0,)))
+    produce = row_loop(4, "serial", "serial", Term("Stmt.store", ("t0", index, doubled)))
+    value = binary("add", load("t0", index), load("in0", index))
+    consume = row_loop(8, "serial", "serial", Term("Stmt.store", ("out0", index, value)))
+    heads = nest([(HEADS, "parallel", ())], seq([produce, consume]))
+    shape = (3, ROWS, COLUMNS)
+    body = Term("Stmt.alloc", ("t0", shape, heads))
+    return LoopProgram(body, (("x", shape),), (shape,), "float64")
+
+
+def test_the_passes_in_a_loop_over_heads_fuse_per_head_where_a_heads_temporaries_spill() -> None:
+    """Inside the loop over heads, the two passes run as one loop over row blocks, serial (the
+    heads' loop is the parallel one), computing the same; not when one head's temporaries
+    (24 x 20 elements of t0) fit `iteration_elements`."""
+    program = passes_per_head()
+
+    def fewest_row_blocks(body: Term) -> float:
+        """A price that prefers fused programs: loops over blocks of rows, at any depth."""
+        return sum(
+            s.op == "Stmt.loop" and s.args[0].op == "Axis.outer" for s in statements_in(body)
+        )  # type: ignore[union-attr]
+
+    fused = fuse_row_blocks(program.body, fewest_row_blocks, iteration_elements=ROWS * COLUMNS - 1)
+    heads = top_allocations(fused)[1]
+    assert heads.op == "Stmt.loop" and heads.args[0] == HEADS, format_loops(fused)
+    (blocks,) = top_statements(heads.args[2])  # type: ignore[arg-type]
+    assert blocks.args[0].op == "Axis.outer", format_loops(fused)  # type: ignore[union-attr]
+    assert blocks.args[1] == Term("LoopKind.serial", ()), format_loops(fused)
+    inputs = {"x": np.random.default_rng(3).standard_normal((3, ROWS, COLUMNS))}
+    want = run(program, inputs, dtype=np.float64)[0]
+    assert_variant_agrees(run(program.with_body(fused), inputs, dtype=np.float64)[0], want, fused)
+    kept = fuse_row_blocks(program.body, fewest_row_blocks, iteration_elements=ROWS * COLUMNS)
+    assert kept == program.body
+
+
+@pytest.mark.parametrize("isa", VECTOR_ISAS)
+def test_multi_head_attention_runs_each_heads_softmax_in_row_blocks_where_its_scores_spill(
+    isa: str,
+) -> None:
+    """A head's scores and exponentials (256 x 256 each) beyond one core's share of a 64 KiB
+    L3: each head runs its scores, softmax and `P @ V` one block of rows at a time, the
+    exponentials of a block contracted to the block's rows inside it, and the kernel agrees with
+    numpy on NaN, ±inf and -0.0; with PINNED's 32 MiB L3 the heads' passes stay apart."""
+    seq_len, heads, size = 256, 2, 16
+    x = eqsat.tensor("x", (seq_len, heads * size))
+    weights = {name: eqsat.tensor(name, (heads * size,) * 2) for name in ("Wq", "Wk", "Wv", "Wo")}
+    program = attention_heads(x, **weights, heads=heads, xp=np)
+    small_l3 = replace(PINNED, l3_bytes=64 << 10).with_isa(isa)
+    unhurried = eqsat.Limits(seconds=120.0, extraction_seconds=120.0)  # the same on a busy host
+
+    def exponentials(machine: Machine) -> list[str]:
+        optimized = eqsat.optimize(program, machine=machine, limits=unhurried, progress=False)
+        return [
+            line for line in format_loops(optimized.program.body).splitlines() if "exp(" in line
+        ]
+
+    blocked = exponentials(small_l3)
+    assert blocked and all("[i1.inner(" in line.split("=")[0] for line in blocked), blocked
+    assert not any("[i1.inner(" in line for line in exponentials(PINNED.with_isa(isa)))
+    kernel = eqsat.compile(program, machine=small_l3, limits=unhurried, progress=False)
+    rng = np.random.default_rng(9)
+    values = {name: with_specials(rng, t.shape, 0.001) for name, t in [("x", x), *weights.items()]}
+    values["x"][5, 3] = -0.0
+    with np.errstate(all="ignore"):
+        want = attention_heads(**values, heads=heads, xp=np)
+        wide = attention_heads(
+            **{name: v.astype(np.float64) for name, v in values.items()}, heads=heads, xp=np
+        )
     assert_specials_agree(kernel(**values), want, wide)
 
 

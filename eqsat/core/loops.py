@@ -498,6 +498,28 @@ def top_statements(statement: Term) -> list[Term]:
     return [statement]
 
 
+def without_first_index(term: Term, buffers: frozenset[str]) -> Term:
+    """`term` with the first index of every access to `buffers` dropped: inside a loop that
+    indexes them by its axis first, or a block that indexes a one-row temporary by 0, the
+    buffers of the other dimensions that one iteration reads and writes."""
+    args = tuple(without_first_index(a, buffers) if isinstance(a, Term) else a for a in term.args)
+    if term.op in ACCESS_OPS and args[0] in buffers:
+        args = (args[0], index_list(index_items(args[1])[1:]), *args[2:])  # type: ignore[arg-type]
+    return Term(term.op, args)
+
+
+def with_first_index(term: Term, buffers: frozenset[str], first: Term) -> Term:
+    """`term` with index `first` put first in every access to `buffers` (`without_first_index`
+    undone)."""
+    args = tuple(
+        with_first_index(a, buffers, first) if isinstance(a, Term) else a for a in term.args
+    )
+    if term.op in ACCESS_OPS and args[0] in buffers:
+        items = [first, *index_items(args[1])]  # type: ignore[arg-type]
+        args = (args[0], index_list(items), *args[2:])
+    return Term(term.op, args)
+
+
 def row_loop_of(statements: list[Term], buffer: str, shape: tuple[int, ...]) -> Term | None:
     """The one statement touching temporary `buffer`, when it is a loop over its rows (a named
     axis `a` of extent shape[0], or a.outer(T)) and every access indexes the buffer by plain `a`
