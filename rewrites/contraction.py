@@ -17,6 +17,9 @@ loop body, the substitution ARCHITECTURE §3 keeps out of the e-graph. It applie
 Then iteration `a` touches only row `a` (tile `a.outer` only its T rows), which the program
 writes before it reads, so a fresh row (block of T rows, indexed by `a.inner(T)`) per iteration
 computes the same result. `eqsat.core.loops.row_loop_of` is the test, shared with the cost model.
+Inside a loop that allocates one-row temporaries (what a contraction left, indexed by 0 first),
+the loop's body is contracted again as a program of its own (`_contracted_within`): multi-head
+attention's per-head scores, fused by row blocks inside the loop over heads, shrink to a block.
 """
 
 from __future__ import annotations

@@ -167,13 +167,15 @@ def whole_program_workload(
     )
 
 
-def mha_workload(seq: int, heads: int, size: int, target: float = 1.5) -> Workload:
+def mha_workload(
+    seq: int, heads: int, size: int, target: float = 1.5, name: str = "mha"
+) -> Workload:
     """Multi-head self-attention over `seq` positions, `heads` heads of `size` (model
     heads * size)."""
     model = heads * size
     projections = {name: (model, model) for name in ("Wq", "Wk", "Wv", "Wo")}
     return whole_program_workload(
-        "mha",
+        name,
         f"multi-head self-attention, seq {seq}, model {model}, {heads} heads",
         {"x": (seq, model), **projections},
         partial(attention_heads, heads=heads),
@@ -242,7 +244,8 @@ def _attention_flops(seq: int, model: int) -> float:
 
 def whole_programs(quick: bool = False) -> list[Workload]:
     """The benchmark's whole programs (models, distances, losses, a gradient) at the bench's
-    shapes (sequence 512, model 768, 12 heads, feed-forward 3072; causal attention 1024 x 64),
+    shapes (sequence 512, model 768, 12 heads, feed-forward 3072; multi-head attention over
+    2048 positions, 8 heads of 64; causal attention 1024 x 64),
     or small ones where `quick`."""
     seq, heads, size = (32, 4, 16) if quick else (512, 12, 64)
     model = heads * size
@@ -255,6 +258,8 @@ def whole_programs(quick: bool = False) -> list[Workload]:
     classes = 32 if quick else 1000
     return [
         mha_workload(seq, heads, size),
+        # a long context: each head's 2048 x 2048 scores spill L3 (row blocks per head)
+        mha_workload(*((64, 2, 16) if quick else (2048, 8, 64)), name="mha-long"),
         whole_program_workload(
             "causal",
             f"causal attention (np.arange mask), {causal}x64",
