@@ -7,7 +7,8 @@ e-classes are skipped. A node's cost is a function of its op and its children's 
 costs (`NodeCost`); a cost that builds the node's term anyway (`LoopCost`, whose memo is keyed by
 terms) may offer `term_cost(term, child_costs)` instead, and then shares the extractor's term.
 
-`SerializedGraph.extract_top` is a worklist over e-classes in serialization order: each keeps its
+`SerializedGraph.extract_top` is a worklist over e-classes in the order of their content (each
+one's smallest term, `_canonical_order`), not egglog's numbering: each keeps its
 `n` cheapest candidates, ties broken by comparing the terms (`_Candidate.order`), not by egglog's
 node ids, which follow the order in which a round's rules happened to add nodes: the same e-graph
 always gives the same program, however egglog numbered it. An e-class is revisited when a child's
@@ -25,8 +26,10 @@ e-class, marked incomplete.
 from __future__ import annotations
 
 import gc
+import hashlib
 import heapq
 import itertools
+import math
 import random
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -201,13 +204,18 @@ class SerializedGraph:
 
 
 class _Index:
-    """The part of `SerializedGraph.classes` below e-class `root`, numbered densely: e-class i
-    is the i-th of those e-classes in the order of `classes`, node v the v-th node met walking
-    them in order (so a class's nodes have increasing numbers).
+    """The part of `SerializedGraph.classes` below e-class `root`, numbered densely in an order
+    of their content (`_canonical_order`): e-class i is the i-th of those e-classes, node v the
+    v-th node met walking their nodes in that order (so a class's nodes have increasing
+    numbers).
 
     Only what the root's terms can use is priced. Leaving out the rest changes nothing for the
-    root: an e-class outside never is a child of one inside, and the worklist meets the e-classes
-    inside in the same order with or without the others between them."""
+    root: an e-class outside never is a child of one inside.
+
+    With a cost that is not a sum, the worklist's result depends on the order it visits
+    e-classes in. egglog numbers the e-classes of one e-graph differently from process to
+    process, and in that order one loop part's extraction gave one of two nests in different
+    processes (docs/MEASUREMENTS.md); in the content's order, one e-graph gives one result."""
 
     def __init__(self, classes: dict[str, list[_Node]], root: str) -> None:
         below = {root}
@@ -218,14 +226,15 @@ class _Index:
                     if eclass not in below:
                         below.add(eclass)
                         stack.append(eclass)
-        self.ids = ids = [cid for cid in classes if cid in below]
+        ids, class_nodes = _canonical_order({cid: classes[cid] for cid in classes if cid in below})
+        self.ids = ids
         self.position = {cid: i for i, cid in enumerate(ids)}
-        self.nodes = [node for cid in ids for node in classes[cid]]
-        self.node_class = [i for i, cid in enumerate(ids) for _ in classes[cid]]
+        self.nodes = [node for cid in ids for node in class_nodes[cid]]
+        self.node_class = [i for i, cid in enumerate(ids) for _ in class_nodes[cid]]
         self.class_nodes: list[range] = []
         for cid in ids:
             start = self.class_nodes[-1].stop if self.class_nodes else 0
-            self.class_nodes.append(range(start, start + len(classes[cid])))
+            self.class_nodes.append(range(start, start + len(class_nodes[cid])))
         self.children = [tuple(map(self.position.__getitem__, n.children)) for n in self.nodes]
         # the nodes with e-class i among their children, in order, and how many distinct child
         # e-classes each node has
@@ -236,12 +245,62 @@ class _Index:
             self.child_classes.append(len(distinct))
             for child in distinct:
                 self.parent_nodes[child].append(v)
-        # The e-classes to revisit when a child changes, in e-class id order (as the worklist
-        # has always queued them: the order decides which of two equal candidates is met first).
+        # The e-classes to revisit when a child changes, in the e-classes' order.
         self.parent_classes: list[list[int]] = [[] for _ in ids]
-        for owner in sorted(range(len(ids)), key=ids.__getitem__):
+        for owner in range(len(ids)):
             for child in {k for v in self.class_nodes[owner] for k in self.children[v]}:
                 self.parent_classes[child].append(owner)
+
+
+def _canonical_order(classes: dict[str, list[_Node]]) -> tuple[list[str], dict[str, list[_Node]]]:
+    """The e-classes of `classes` (closed under children) in an order of their content, and
+    each one's nodes in such an order, whatever egglog's ids: by the smallest term of each
+    (fewest nodes, then a sha1 digest of its ops, literals and children's digests), found
+    smallest first (each node is keyed once, when its last child class gets its term; a node's
+    term is larger than its children's, so the first key taken for a class is its least). A
+    class or node without a finite term comes last, in egglog's order."""
+    keys: dict[str, tuple[int, str]] = {}  # e-class -> (size, digest) of its smallest term
+    node_keys: dict[tuple[str, int], tuple[int, str]] = {}
+    waiting: dict[tuple[str, int], int] = {}
+    parents: dict[str, list[tuple[str, int]]] = {cid: [] for cid in classes}
+    heap: list[tuple[int, str, str]] = []
+
+    def keyed(cid: str, position: int) -> None:
+        node = classes[cid][position]
+        text = f"{node.op}|{node.literal!r}|" + ",".join(keys[k][1] for k in node.children)
+        key = (1 + sum(keys[k][0] for k in node.children), hashlib.sha1(text.encode()).hexdigest())
+        node_keys[cid, position] = key
+        heapq.heappush(heap, (*key, cid))
+
+    for cid, nodes in classes.items():
+        for position, node in enumerate(nodes):
+            distinct = set(node.children)
+            waiting[cid, position] = len(distinct)
+            for child in distinct:
+                parents[child].append((cid, position))
+            if not distinct:
+                keyed(cid, position)
+    while heap:
+        size, digest, cid = heapq.heappop(heap)
+        if cid in keys:
+            continue
+        keys[cid] = (size, digest)
+        for ref in parents[cid]:
+            waiting[ref] -= 1
+            if waiting[ref] == 0:
+                keyed(*ref)
+    last = (math.inf, "")
+    ids = sorted(classes, key=lambda cid: keys.get(cid, last))  # (stable: egglog's order last)
+    ordered = {
+        cid: [
+            node
+            for _, node in sorted(
+                enumerate(classes[cid]), key=lambda pair: node_keys.get((cid, pair[0]), last)
+            )
+        ]
+        for cid in ids
+    }
+    return ids, ordered
 
 
 class _Worklist:

@@ -18,6 +18,7 @@ import itertools
 import json
 import os
 import pickle
+import random
 import subprocess
 import sys
 from collections import deque
@@ -36,12 +37,14 @@ from eqsat.core.interp import run
 from eqsat.core.saturate import Limits, saturate
 from eqsat.core.terms import CONSTRUCTORS, Arg, LoopProgram, Term, to_egglog, to_term
 from eqsat.extract import extractor
-from eqsat.extract.extractor import NodeCost, SerializedGraph, _Node
+from eqsat.extract.extractor import NodeCost, SerializedGraph, _canonical_order, _Node
 from eqsat.extract.loop_cost import LoopCost
 from eqsat.extract.tensor_cost import TensorCost
 from eqsat.rewrites.algebra import algebra_rules
 from eqsat.rewrites.algebra_facts import algebra_facts
 from eqsat.rewrites.schedule import ROOT, schedule
+from eqsat.tools.whole_programs import attention_heads
+from tests.machines import PINNED
 from tests.programs import assert_variant_agrees, programs
 from tests.test_loops import AVX512, lowered
 
@@ -133,18 +136,21 @@ def _literals_by_value(
 def plain_top(
     classes: dict[str, list[Node]], root: str, node_cost: NodeCost, n: int
 ) -> list[tuple[Arg, float]]:
-    """`extract_top` as first written: a worklist over e-classes in serialization order that
-    prices every node of a visited e-class for every combination of its children's best `n`
-    candidates and keeps the `n` cheapest, ties broken by comparing the terms: their sizes, ops,
-    then their children's in turn (a literal by its repr; none is `written`)."""
+    """`extract_top` as first written: a worklist over e-classes in the order of their content
+    (`_canonical_order`) that prices every node of a visited e-class for every combination of
+    its children's best `n` candidates and keeps the `n` cheapest, ties broken by comparing the
+    terms: their sizes, ops, then their children's in turn (a literal by its repr; none is
+    `written`)."""
     parents: dict[str, set[str]] = {}
     for eclass, nodes in classes.items():
         for _, _, children, _ in nodes:
             for child in children:
                 parents.setdefault(child, set()).add(eclass)
+    visits, _ = _canonical_order({c: [_Node(*node) for node in n] for c, n in classes.items()})
+    position = {eclass: i for i, eclass in enumerate(visits)}
     best: dict[str, list[tuple[float, tuple[Any, ...], Arg]]] = {}
     orders: dict[Arg, tuple[Any, ...]] = {}  # one object per term (comparing two is then fast)
-    pending, queued = deque(classes), set(classes)
+    pending, queued = deque(visits), set(classes)
     while pending:
         eclass = pending.popleft()
         queued.discard(eclass)
@@ -168,7 +174,7 @@ def plain_top(
         ranked = sorted(found.values(), key=lambda c: (c[0], c[1]))[:n]
         if ranked != best.get(eclass):
             best[eclass] = ranked
-            for parent in sorted(parents.get(eclass, ())):
+            for parent in sorted(parents.get(eclass, ()), key=position.__getitem__):
                 if parent not in queued:
                     queued.add(parent)
                     pending.append(parent)
@@ -189,7 +195,7 @@ def nodes_of(graph: SerializedGraph) -> dict[str, list[Node]]:
 def test_graph_is_read_as_egglog_serializes_it(name: str) -> None:
     egraph = algebra_egraph() if name == "algebra" else kernel(name)[1]
     graph, expected = SerializedGraph(egraph), json_classes(egraph)
-    assert list(graph.classes) == list(expected)  # the worklist's order
+    assert list(graph.classes) == list(expected)
     assert nodes_of(graph) == expected
     assert graph.root("root" if name == "algebra" else ROOT) in expected
 
@@ -273,6 +279,82 @@ def test_extract_top_chooses_what_the_plain_worklist_chooses_on_random_egraphs(
         return
     assert list(graph.extract_top(root, tied_cost, n)) == expected
     assert list(graph.extract_top(root, tied_cost, n)) == expected  # the index, built once
+
+
+def renamed_and_shuffled(
+    classes: dict[str, list[Node]], rng: random.Random
+) -> tuple[dict[str, list[Node]], dict[str, str]]:
+    """`classes` with new e-class ids in another string order, and e-classes and nodes in
+    another order (as egglog numbers one e-graph differently from process to process); and the
+    new id of each e-class."""
+    names = list(classes)
+    rng.shuffle(names)
+    renamed = {old: f"R-{k}" for k, old in enumerate(names)}
+    order = list(classes)
+    rng.shuffle(order)
+    shuffled = {
+        renamed[eclass]: rng.sample(
+            [(k, op, tuple(renamed[c] for c in kids), v) for k, op, kids, v in classes[eclass]],
+            len(classes[eclass]),
+        )
+        for eclass in order
+    }
+    return shuffled, renamed
+
+
+def finite_classes(classes: dict[str, list[Node]]) -> set[str]:
+    """The e-classes that have a finite term."""
+    finite: set[str] = set()
+    while True:
+        more = {
+            eclass
+            for eclass, nodes in classes.items()
+            if eclass not in finite and any(set(kids) <= finite for _, _, kids, _ in nodes)
+        }
+        if not more:
+            return finite
+        finite |= more
+
+
+@settings(max_examples=300, deadline=None)
+@given(egraphs(), st.randoms(use_true_random=False))
+def test_the_worklist_visits_eclasses_in_an_order_of_their_content(
+    egraph: tuple[dict[str, list[Node]], str], rng: random.Random
+) -> None:
+    """`_canonical_order` puts the e-classes with a finite term in one order however egglog
+    numbered and ordered them, and each one's nodes whose children all have one (the rest come
+    last, never priced)."""
+    classes, _ = egraph
+
+    def ordered(graph: dict[str, list[Node]]) -> tuple[list[str], dict[str, list[_Node]]]:
+        return _canonical_order({c: [_Node(*node) for node in n] for c, n in graph.items()})
+
+    ids, nodes = ordered(classes)
+    shuffled, renamed = renamed_and_shuffled(classes, rng)
+    shuffled_ids, shuffled_nodes = ordered(shuffled)
+    finite = finite_classes(classes)
+    assert shuffled_ids[: len(finite)] == [renamed[c] for c in ids[: len(finite)]]
+    for eclass in ids[: len(finite)]:
+        # (a node with a child that has no finite term is never priced: it comes last)
+        priced = [(n.op, n.literal) for n in nodes[eclass] if set(n.children) <= finite]
+        shuffled_priced = shuffled_nodes[renamed[eclass]][: len(priced)]
+        assert [(n.op, n.literal) for n in shuffled_priced] == priced
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_loop_part_extracts_one_nest_however_egglog_numbered_its_egraph(seed: int) -> None:
+    """Multi-head attention's second loop part (seq 444, 3 heads of 37): its e-graph as egglog
+    numbered it and renamed and shuffled give one nest. Visited in egglog's order, it gave one
+    of two nests (980,806 or 984,129 cycles) in different processes."""
+    weights = {name: eqsat.tensor(name, (111, 111)) for name in ("Wq", "Wk", "Wv", "Wo")}
+    program = attention_heads(eqsat.tensor("x", (444, 111)), **weights, heads=3, xp=np)
+    optimized = eqsat.optimize(program, machine=PINNED, progress=False)
+    graph = optimized.loop_parts[1][0]
+    cost = LoopCost(PINNED, "float32")
+    want = list(graph.extract_top(graph.root(ROOT), cost, 1))
+    classes, renamed = renamed_and_shuffled(nodes_of(graph), random.Random(seed))
+    got = list(graph_of(classes).extract_top(renamed[graph.root(ROOT)], cost, 1))
+    assert got == want
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
