@@ -25,16 +25,18 @@ attention's per-head scores, fused by row blocks inside the loop over heads, shr
 from __future__ import annotations
 
 from eqsat.core.loops import (
-    ACCESS_OPS,
     accesses,
     allocated,
     row_loop_of,
     top_allocations,
     top_statements,
+    with_first_index,
     without_first_index,
 )
-from eqsat.core.terms import Term, index_items, index_list
+from eqsat.core.terms import Term, index_items
 from eqsat.rewrites.lowering import seq
+
+FIRST_ROW = Term("Index.const", (0,))  # the index of a temporary contracted to one row
 
 
 def contract_temporaries(body: Term) -> Term:
@@ -51,11 +53,13 @@ def contract_temporaries(body: Term) -> Term:
             continue
         axis, kind, inner = row_loop.args
         assert isinstance(axis, Term) and isinstance(inner, Term)
-        rows, row_index = 1, Term("Index.const", (0,))
+        rows, row_index = 1, FIRST_ROW
         if axis.op == "Axis.outer":  # a block of T rows, indexed by the tile's inner loop
             rows = int(axis.args[1])  # type: ignore[arg-type]
             row_index = Term("Index.axis", (Term("Axis.inner", axis.args),))
-        block = Term("Stmt.alloc", (name, (rows, *shape[1:]), _reindex(inner, name, row_index)))
+        only = frozenset([name])
+        reindexed = with_first_index(without_first_index(inner, only), only, row_index)
+        block = Term("Stmt.alloc", (name, (rows, *shape[1:]), reindexed))
         statements[statements.index(row_loop)] = Term("Stmt.loop", (axis, kind, block))
     within = [_contracted_within(statement) for statement in statements]
     if len(kept) == len(allocs) and all(a is b for a, b in zip(within, statements, strict=True)):
@@ -74,13 +78,12 @@ def _contracted_within(statement: Term) -> Term:
     axis, kind, body = statement.args
     assert isinstance(body, Term)
     allocations, inner = top_allocations(body)
-    zero = Term("Index.const", (0,))
     one_row = frozenset(
         name
         for name, shape in allocations
         if len(shape) > 2
         and shape[0] == 1
-        and all(index_items(ix)[0] == zero for ix in accesses(inner, name))
+        and all(index_items(ix)[0] == FIRST_ROW for ix in accesses(inner, name))
     )
     if not one_row:
         return statement
@@ -90,12 +93,3 @@ def _contracted_within(statement: Term) -> Term:
     )
     contracted = contract_temporaries(view)
     return statement if contracted is view else Term("Stmt.loop", (axis, kind, contracted))
-
-
-def _reindex(term: Term, buffer: str, row_index: Term) -> Term:
-    """`term` with the first index of every access to `buffer` replaced by `row_index`."""
-    args = tuple(_reindex(a, buffer, row_index) if isinstance(a, Term) else a for a in term.args)
-    if term.op in ACCESS_OPS and args[0] == buffer:
-        items = index_items(args[1])  # type: ignore[arg-type]
-        args = (args[0], index_list([row_index, *items[1:]]), *args[2:])
-    return Term(term.op, args)
