@@ -99,8 +99,12 @@ def test_loop_rule_is_sound(identity: Identity, program: Program, seed: int) -> 
 @pytest.mark.parametrize("identity", LOOP_IDENTITIES, ids=lambda i: i.name)
 def test_loop_rule_fires_on_a_matmul_epilogue(identity: Identity) -> None:
     """Each loop rule applies somewhere in relu(x @ W + b), or for a rule about sums over a
-    loop outside all others, in xᵀ @ y: the soundness test is not vacuous."""
-    x, w, b = (TExpr.input(n, s, "float64") for n, s in [("x", (4, 6)), ("W", (6, 8)), ("b", (8,))])
+    loop outside all others, in xᵀ @ y, or for a split of a short contraction, with 4-deep
+    products: the soundness test is not vacuous."""
+    depth = 4 if identity.name.startswith("split-short-") else 6
+    x, w, b = (
+        TExpr.input(n, s, "float64") for n, s in [("x", (4, depth)), ("W", (depth, 8)), ("b", (8,))]
+    )
     expr = TExpr.unary("relu", TExpr.binary("add", TExpr.matmul(x, w), b))
     if identity.name == "parallelize-sum":  # xᵀ @ y: its loop over k sums into the output
         y = TExpr.input("y", (4, 1), "float64")
@@ -254,6 +258,21 @@ def test_split_depth_fail_not_the_contraction_axis() -> None:
     for name, splits in (("k", True), ("i0", False), ("r1", False)):
         store = Term("Stmt.store", ("out0", at(plain(axis(name, 6))), Term("Scalar.const", (1.0,))))
         assert applies(split_depth_identity(4), loop(axis(name, 6), store)) == splits, name
+
+
+def test_split_fail_a_contraction_longer_than_the_longest_depth_tile() -> None:
+    """Cache and register tiles split every named axis, but a matmul's contraction axis only
+    where it is no longer than the longest depth tile; depth tiles split the longer ones."""
+    tiles = TileSizes(cache=(8,), register=(4,), depth=(16,))
+    for name, extent, splits in (("k", 20, False), ("k", 16, True), ("i0", 20, True)):
+        store = Term(
+            "Stmt.store", ("out0", at(plain(axis(name, extent))), Term("Scalar.const", (1.0,)))
+        )
+        split_by_4 = [
+            rule for rule in split_identities(tiles) if rule.name in ("split-4", "split-short-k-4")
+        ]
+        found = any(applies(rule, loop(axis(name, extent), store)) for rule in split_by_4)
+        assert found == splits, (name, extent)
 
 
 def rows_then_sums(read_index: Term) -> Term:

@@ -23,14 +23,17 @@ from eqsat.rewrites.tiling import TileSizes, tiling_rules
 
 
 def matmul_egraph() -> tuple[EGraph, Schedule, Schedule]:
-    """The e-graph of a 64^3 matmul nest, its rules and its facts."""
+    """The e-graph of a 64^3 matmul nest, its rules and its facts (a 64-deep depth tile: the
+    cache and register tiles split its contraction too, `split-short-k-T`)."""
     x, w = eqsat.tensor("x", (64, 64)), eqsat.tensor("w", (64, 64))
     program = lower([to_term((x @ w).expr)])  # type: ignore[list-item]
     egraph = EGraph()
     egraph.let("kernel", to_egglog(program.body))
     facts = unstable_combine_rulesets(analysis, fusion_candidates(), name="facts")
     rules = unstable_combine_rulesets(
-        interchange_rules(), tiling_rules(TileSizes(cache=(8,), register=(2, 4))), name="rules"
+        interchange_rules(),
+        tiling_rules(TileSizes(cache=(8,), register=(2, 4), depth=(64,))),
+        name="rules",
     )
     return egraph, rules, facts
 
