@@ -90,30 +90,33 @@ def split_short_contraction_identity(tile: int, longest: int) -> Identity:
     tiles only: there a register tile's width as a depth tile made the cost model's pick, which
     prices B's panel read in place, before packing, within 2% of 128- or 512-deep blocks, and
     172x1998 @ 1998x649 at AVX2 ran 24-deep blocks 1.26x slower (docs/MEASUREMENTS.md)."""
-    k = String(CONTRACTION)
-    return Identity(
+    return _split_contraction(
         f"split-short-{CONTRACTION}-{tile}",
-        f"for {CONTRACTION}: body -> for {CONTRACTION}.outer({tile}): "
-        f"for {CONTRACTION}.inner({tile}): body  ({CONTRACTION} <= {longest})",
-        {"extent": i64, "body": Stmt},
-        lhs=lambda extent, body: Stmt.loop(Axis.named(k, extent), SERIAL, body),
-        rhs=lambda extent, body: _split_loops(Axis.named(k, extent), tile, body),
-        guard=(_longer_than(tile), _at_most(longest)),
+        tile,
+        (_longer_than(tile), _at_most(longest)),
+        f"  ({CONTRACTION} <= {longest})",
     )
 
 
 def split_depth_identity(tile: int) -> Identity:
     """A split of a matmul's contraction axis only: its depth tile bounds the panels a register
     tile streams through L1, which the row and column blocks (cache tiles, sized by L2) do not."""
+    return _split_contraction(f"split-depth-{tile}", tile, (_longer_than(tile),))
+
+
+def _split_contraction(
+    name: str, tile: int, guard: tuple[Callable[[i64], list[FactLike]], ...], condition: str = ""
+) -> Identity:
+    """The split of a matmul's contraction axis by `tile` under `guard` (on its extent)."""
     k = String(CONTRACTION)
     return Identity(
-        f"split-depth-{tile}",
+        name,
         f"for {CONTRACTION}: body -> for {CONTRACTION}.outer({tile}): "
-        f"for {CONTRACTION}.inner({tile}): body",
+        f"for {CONTRACTION}.inner({tile}): body{condition}",
         {"extent": i64, "body": Stmt},
         lhs=lambda extent, body: Stmt.loop(Axis.named(k, extent), SERIAL, body),
         rhs=lambda extent, body: _split_loops(Axis.named(k, extent), tile, body),
-        guard=(_longer_than(tile),),
+        guard=guard,
     )
 
 
