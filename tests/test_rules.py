@@ -264,13 +264,14 @@ def test_split_fail_a_contraction_longer_than_the_longest_depth_tile() -> None:
     """Cache and register tiles split every named axis, but a matmul's contraction axis only
     where it is no longer than the longest depth tile; depth tiles split the longer ones."""
     tiles = TileSizes(cache=(8,), register=(4,), depth=(16,))
+    split_by_4 = [
+        rule for rule in split_identities(tiles) if rule.name in ("split-4", "split-short-k-4")
+    ]
+    assert len(split_by_4) == 2
     for name, extent, splits in (("k", 20, False), ("k", 16, True), ("i0", 20, True)):
         store = Term(
             "Stmt.store", ("out0", at(plain(axis(name, extent))), Term("Scalar.const", (1.0,)))
         )
-        split_by_4 = [
-            rule for rule in split_identities(tiles) if rule.name in ("split-4", "split-short-k-4")
-        ]
         found = any(applies(rule, loop(axis(name, extent), store)) for rule in split_by_4)
         assert found == splits, (name, extent)
 
