@@ -10,6 +10,12 @@ from eqsat.extract.machine import ISA_LEVELS, host, runs_on_host
 
 ISAS = ISA_LEVELS  # ("avx512", "avx2", "scalar")
 VECTOR_ISAS = ("avx512", "avx2")
+# The levels this host executes: what a hypothesis test draws its level from. A level it only
+# builds would skip the whole test at the first example that drew it (`skip_unless_runs`), so
+# on an AVX2 host a property test drawing from ISAS checked one AVX-512 example and ran none.
+RUN_ISAS = tuple(isa for isa in ISAS if runs_on_host(isa))
+RUN_VECTOR_ISAS = tuple(isa for isa in VECTOR_ISAS if runs_on_host(isa))
+NO_VECTOR_ISA = "this host runs no vector ISA level (EQSAT_MAX_ISA=scalar?)"
 
 
 def not_run_reason(isa: str) -> str:

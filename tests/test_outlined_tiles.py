@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from eqsat.backend_c.emit import emit
 from eqsat.core.loops import REGISTER_BUDGET, register_tile
 from eqsat.core.terms import LoopProgram, Term
-from tests.isas import VECTOR_ISAS, skip_unless_runs
+from tests.isas import NO_VECTOR_ISA, RUN_VECTOR_ISAS, VECTOR_ISAS, skip_unless_runs
 from tests.programs import agrees_with_interpreter, compiled
 from tests.test_loops import at, inner, named, nest, outer
 from tests.test_numerics import assert_specials_agree, with_specials
@@ -59,9 +59,10 @@ def the_tile(program: LoopProgram) -> Term:
     return program.body.args[1].args[2].args[2]
 
 
+@pytest.mark.skipif(not RUN_VECTOR_ISAS, reason=NO_VECTOR_ISA)
 @settings(max_examples=16, deadline=None)
 @given(
-    isa=st.sampled_from(VECTOR_ISAS),
+    isa=st.sampled_from(RUN_VECTOR_ISAS),
     tile=st.sampled_from([(4, 3), (6, 2), (8, 3), (4, 2), (8, 2), (2, 3)]),
     shape=st.tuples(st.integers(1, 13), st.integers(1, 9), st.integers(0, 60)),
     parallel=st.booleans(),

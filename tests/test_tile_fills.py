@@ -15,7 +15,7 @@ from eqsat.backend_c.emit import emit
 from eqsat.core.loops import register_tile
 from eqsat.core.terms import LoopProgram, Term
 from eqsat.extract.machine import host
-from tests.isas import ISAS, VECTOR_ISAS
+from tests.isas import RUN_ISAS, VECTOR_ISAS
 from tests.programs import agrees_with_interpreter
 from tests.test_loops import at, inner, named, nest, outer
 
@@ -23,6 +23,10 @@ ZERO = Term("Scalar.const", (0.0,))
 FILLS = [0.0, -0.0, 1.5, -np.inf, np.nan]
 # out0 read back: a vector load of it, or a scalar accumulator set from it
 READS_OUTPUT = re.compile(r"load[a-z_0-9]*\([^;]*&out0\[|acc\d+ = out0\[")
+# zeros stored into out0: a vector store of a zero vector, or a scalar store of 0
+ZERO_STORED = re.compile(
+    r"store[a-z_0-9]*\(&out0\[[^;]*set1_p[sd]\(0\.0f?\)|out0\[[^;]*\] = 0\.0f?;"
+)
 
 
 def load(buffer: str, index: Term) -> Term:
@@ -51,7 +55,7 @@ def filled_tile(
 
 @settings(max_examples=20, deadline=None)
 @given(
-    isa=st.sampled_from(ISAS),
+    isa=st.sampled_from(RUN_ISAS),
     dtype=st.sampled_from(["float32", "float64"]),
     shape=st.tuples(st.integers(1, 19), st.integers(1, 9), st.integers(1, 40)),
     rows=st.integers(1, 4),
@@ -92,6 +96,74 @@ def test_a_products_zeroed_rows_are_not_read_back(isa: str) -> None:
     program = filled_tile(99, 17, 75, 4 if isa == "avx512" else 1, "sum", ZERO, True, "float32")
     source = emit(program, isa, "eqsat_kernel")
     assert READS_OUTPUT.search(source) is None and "acc4 = " in source
+    agrees_with_interpreter(program, isa)
+
+
+def filled_panels(
+    m: int, k: int, n: int, rows: int, panel: int, op: str, fill: Term, dtype: str
+) -> LoopProgram:
+    """For each tile of `rows` rows: `fill` stored over the tile's rows and all `n` columns,
+    then, for each panel of `panel` columns, out0[i, j] op= x[i, k] * w[k, j] over k around a
+    register tile of the panel (a product's zeroed rows, then its column panels)."""
+    i, j, r = named("i0", m), named("i1", n), named("k", k)
+    rows_inner = (inner(i, rows), "unroll", (rows,))
+    product = Term("Scalar.binary", ("mul", load("in0", at(i, r)), load("in1", at(r, j))))
+    filled = nest([rows_inner, (j, "vector", ())], Term("Stmt.store", ("out0", at(i, j), fill)))
+    panels = nest(
+        [
+            (outer(j, panel), "serial", ()),
+            (r, "serial", ()),
+            rows_inner,
+            (inner(j, panel), "vector", ()),
+        ],
+        Term("Stmt.accumulate", ("out0", at(i, j), op, product)),
+    )
+    body = nest([(outer(i, rows), "serial", ())], Term("Stmt.seq", (filled, panels)))
+    return LoopProgram(body, (("x", (m, k)), ("w", (k, n))), ((m, n),), dtype)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    isa=st.sampled_from(RUN_ISAS),
+    dtype=st.sampled_from(["float32", "float64"]),
+    shape=st.tuples(st.integers(1, 19), st.integers(1, 9), st.integers(1, 60)),
+    rows=st.integers(1, 4),
+    panel=st.sampled_from([8, 16, 24]),
+    op=st.sampled_from(["sum", "max"]),
+    constant=st.sampled_from(FILLS),
+)
+def test_a_fill_of_all_columns_seeds_the_tile_of_each_column_panel(
+    isa: str,
+    dtype: str,
+    shape: tuple[int, int, int],
+    rows: int,
+    panel: int,
+    op: str,
+    constant: float,
+) -> None:
+    """Remainder row tiles and column panels, NaN and -0.0 as the fill: the kernel agrees with
+    the interpreter, and wherever the panel's loop is a register tile, each panel's
+    accumulators start at the constant and out0 is never read back
+    (`Emitter.fill_in_panels`)."""
+    m, k, n = shape
+    program = filled_panels(m, k, n, rows, panel, op, Term("Scalar.const", (constant,)), dtype)
+    source = emit(program, isa, "eqsat_kernel")
+    panels = program.body.args[2].args[1]  # inside the loop over row tiles
+    r, _, body = panels.args[2].args  # the tile's loop over k, inside the loop over panels
+    if register_tile(r, body, isa, host().with_isa(isa).lanes(dtype)) is not None:
+        assert READS_OUTPUT.search(source) is None, source
+    agrees_with_interpreter(program, isa)
+
+
+@pytest.mark.parametrize("isa", VECTOR_ISAS)
+def test_a_short_products_zeroed_rows_are_not_read_back_in_its_panels(isa: str) -> None:
+    """A short product tiled as eqsat tiles 1607 x 39 @ 39 x 292 (rows of 4, panels of 24, a
+    remainder of each), here 27 x 39 @ 39 x 52: each panel's tile starts at zero instead of
+    loading the zeroed rows back."""
+    program = filled_panels(27, 39, 52, 4, 24, "sum", ZERO, "float32")
+    source = emit(program, isa, "eqsat_kernel")
+    assert READS_OUTPUT.search(source) is None and "acc0 = _mm" in source
+    assert ZERO_STORED.search(source) is None, source  # no pass of zeros before the panels
     agrees_with_interpreter(program, isa)
 
 
