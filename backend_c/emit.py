@@ -377,18 +377,15 @@ class _Emitter:
             return None
         outer, serial, tiles = following.args
         assert isinstance(outer, Term) and isinstance(tiles, Term)
-        if outer.op != "Axis.outer" or outer.args[0].op != "Axis.named":  # type: ignore[union-attr]
-            return None
         named = outer.args[0]
-        loops, store = _loops_around(fill)
-        if named not in (axis for axis, _ in loops):
+        if outer.op != "Axis.outer" or not isinstance(named, Term) or named.op != "Axis.named":
             return None
         panel_fill = _with_loop_axis(fill, named, Term("Axis.inner", outer.args))
-        tile = self.serial_tile(tiles)
-        if tile is None or str(store.args[0]) in _reread_buffers(tile.accumulate.args[3]):
-            return None
         if not self.fills_tile(panel_fill, tiles):
             return None
+        accumulate = self.serial_tile(tiles).accumulate  # type: ignore[union-attr]
+        if str(accumulate.args[0]) in _reread_buffers(accumulate.args[3]):  # type: ignore[arg-type]
+            return None  # the tile reads elements of other panels
         return Term("Stmt.loop", (outer, serial, Term("Stmt.seq", (panel_fill, tiles))))
 
     def fills_tile(self, fill: Term, following: Term) -> bool:

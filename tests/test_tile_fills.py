@@ -53,15 +53,22 @@ def filled_tile(
     return LoopProgram(nest(outside, body), (("x", (m, k)), ("w", (k, n))), ((m, n),), dtype)
 
 
+# what a property test of fills draws besides its shape: the ISA level, dtype, rows per tile,
+# the tile's operation and the constant filled
+FILL_CASES = {
+    "isa": st.sampled_from(RUN_ISAS),
+    "dtype": st.sampled_from(["float32", "float64"]),
+    "rows": st.integers(1, 4),
+    "op": st.sampled_from(["sum", "max"]),
+    "constant": st.sampled_from(FILLS),
+}
+
+
 @settings(max_examples=20, deadline=None)
 @given(
-    isa=st.sampled_from(RUN_ISAS),
-    dtype=st.sampled_from(["float32", "float64"]),
     shape=st.tuples(st.integers(1, 19), st.integers(1, 9), st.integers(1, 40)),
-    rows=st.integers(1, 4),
-    op=st.sampled_from(["sum", "max"]),
-    constant=st.sampled_from(FILLS),
     vector=st.booleans(),
+    **FILL_CASES,
 )
 def test_a_constant_fill_seeds_the_tile_and_is_not_read_back(
     isa: str,
@@ -124,13 +131,9 @@ def filled_panels(
 
 @settings(max_examples=20, deadline=None)
 @given(
-    isa=st.sampled_from(RUN_ISAS),
-    dtype=st.sampled_from(["float32", "float64"]),
     shape=st.tuples(st.integers(1, 19), st.integers(1, 9), st.integers(1, 60)),
-    rows=st.integers(1, 4),
     panel=st.sampled_from([8, 16, 24]),
-    op=st.sampled_from(["sum", "max"]),
-    constant=st.sampled_from(FILLS),
+    **FILL_CASES,
 )
 def test_a_fill_of_all_columns_seeds_the_tile_of_each_column_panel(
     isa: str,
