@@ -40,10 +40,12 @@ from eqsat.core.loops import (
     RegisterTile,
     access_kind,
     axis_extent,
+    buffers_accessed,
     depends_on,
     has_remainder,
     horizontal,
     moves_with,
+    pieces_of,
     privatized,
     register_tile,
     split_tile,
@@ -351,7 +353,8 @@ class _Emitter:
         the register tile right after it with a constant (`fills_tile`: a product's zeroed
         output rows) is not emitted: the tile's accumulators start at the constant instead of
         loading what it stored (on AVX-512 a load from a masked store waits for the store). So
-        is one that fills them over every column panel of a loop of tiles (`fill_in_panels`)."""
+        is one that a loop nest right after it can take down to its tile (`fill_sunk`: a
+        product's zeroed rows, then its column panels)."""
         position = 0
         while position < len(statements):
             here = statements[position]
@@ -359,34 +362,72 @@ class _Emitter:
             if after is not None and self.fills_tile(here, after):
                 self.loop(*after.args, fill=here)  # type: ignore[arg-type]
                 position += 2
-            elif after is not None and (panels := self.fill_in_panels(here, after)) is not None:
-                self.statement(panels)
+            elif after is not None and (sunk := self.fill_sunk(here, after)) is not None:
+                self.statement(sunk)
                 position += 2
             else:
                 self.statement(here)
                 position += 1
 
-    def fill_in_panels(self, fill: Term, following: Term) -> Term | None:
-        """`following` with `fill` run in each of its iterations, where `following` is a serial
-        loop over `a.outer(T)` around exactly a register tile over `a.inner(T)`, and `fill`
-        stores a constant into that tile's accumulators over all of `a` (a product's zeroed
-        rows, then its column panels): each iteration fills its own panel right before its tile
-        (`fills_tile`), which reads and writes no other element of the buffer. Else None.
-        1607x39 @ 39x292 at AVX2 on 2 threads ran 1.31x as fast (docs/MEASUREMENTS.md)."""
-        if following.op != "Stmt.loop" or following.args[1] != Term("LoopKind.serial", ()):
+    def fill_sunk(self, fill: Term, following: Term) -> Term | None:
+        """`following` with `fill` moved down to right before the register tile inside it whose
+        accumulators it fills (`fills_tile`), where that does the same: `fill` stores a constant
+        over loops that run in order (a product's zeroed rows), and on the way down `following`
+        is serial loops, allocations and sequences whose other statements do not touch the
+        filled buffer. Each loop there runs over an axis `fill` loops over too (each iteration
+        then fills its own part of it) or over `a.outer(T)` where `fill` loops over a named
+        axis `a` (it then fills `a.inner(T)`: a column panel). None where there is no such tile,
+        or the tile reads the buffer. 1607x39 @ 39x292 at AVX2 on 2 threads ran 1.31x as fast
+        (docs/MEASUREMENTS.md)."""
+        store = _loops_around(fill)[1]
+        if store.op != "Stmt.store" or store.args[2].op != "Scalar.const":  # type: ignore[union-attr]
             return None
-        outer, serial, tiles = following.args
-        assert isinstance(outer, Term) and isinstance(tiles, Term)
-        named = outer.args[0]
-        if outer.op != "Axis.outer" or not isinstance(named, Term) or named.op != "Axis.named":
-            return None
-        panel_fill = _with_loop_axis(fill, named, Term("Axis.inner", outer.args))
-        if not self.fills_tile(panel_fill, tiles):
-            return None
-        accumulate = self.serial_tile(tiles).accumulate  # type: ignore[union-attr]
-        if str(accumulate.args[0]) in _reread_buffers(accumulate.args[3]):  # type: ignore[arg-type]
-            return None  # the tile reads elements of other panels
-        return Term("Stmt.loop", (outer, serial, Term("Stmt.seq", (panel_fill, tiles))))
+        return self.sunk(fill, following, str(store.args[0]))
+
+    def sunk(self, fill: Term, statement: Term, buffer: str) -> Term | None:
+        """`statement` with `fill` of `buffer` moved down into it (`fill_sunk`), or None."""
+        match statement.op:
+            case "Stmt.loop":
+                axis, kind, body = statement.args
+                assert isinstance(axis, Term) and isinstance(body, Term)
+                if kind != Term("LoopKind.serial", ()):
+                    return None
+                if self.fills_tile(fill, statement):
+                    accumulate = self.serial_tile(statement).accumulate  # type: ignore[union-attr]
+                    if buffer in _reread_buffers(accumulate.args[3]):  # type: ignore[arg-type]
+                        return None  # it reads elements that other iterations fill
+                    return Term("Stmt.seq", (fill, statement))
+                loops, store = _loops_around(fill)
+                axes = [loop_axis for loop_axis, _ in loops]
+                # each iteration fills its own elements: the buffer is indexed by the named axis
+                # the loop walks, plainly
+                plain = Term("Index.axis", (pieces_of(axis)[-1],))
+                if plain not in index_items(store.args[1]):  # type: ignore[arg-type]
+                    return None
+                if axis in axes:  # the iteration's part of the fill
+                    loops = [(a, k) for a, k in loops if a != axis]
+                elif axis.op == "Axis.outer" and axis.args[0] in axes:  # a panel of it
+                    panel = Term("Axis.inner", axis.args)
+                    loops = [(panel if a == axis.args[0] else a, k) for a, k in loops]
+                else:
+                    return None
+                inside = self.sunk(_nest_loops(loops, store), body, buffer)
+                return None if inside is None else Term("Stmt.loop", (axis, kind, inside))
+            case "Stmt.alloc":
+                name, shape, body = statement.args
+                assert isinstance(body, Term)
+                inside = self.sunk(fill, body, buffer)
+                return None if inside is None else Term("Stmt.alloc", (name, shape, inside))
+            case "Stmt.seq":
+                first, second = statement.args
+                assert isinstance(first, Term) and isinstance(second, Term)
+                if buffer not in buffers_accessed(first):
+                    inside = self.sunk(fill, second, buffer)
+                    return None if inside is None else Term("Stmt.seq", (first, inside))
+                if buffer not in buffers_accessed(second):
+                    inside = self.sunk(fill, first, buffer)
+                    return None if inside is None else Term("Stmt.seq", (inside, second))
+        return None
 
     def fills_tile(self, fill: Term, following: Term) -> bool:
         """Whether `fill` is loops storing one constant into the target of the register tile
@@ -399,7 +440,7 @@ class _Emitter:
             store.op == "Stmt.store"
             and store.args[2].op == "Scalar.const"  # type: ignore[union-attr]
             and store.args[:2] == tile.accumulate.args[:2]
-            and all(kind in FILL_LOOP_KINDS for _, kind in axes)
+            and all(kind.op in FILL_LOOP_KINDS for _, kind in axes)
             and len(axes) == len(_tile_axes(tile))
             and {axis for axis, _ in axes} == set(_tile_axes(tile))
         )
@@ -843,8 +884,11 @@ class _Emitter:
         return tile.vector_axis is not None and tile.count >= REGISTER_BUDGET[self.isa]
 
     def around_full_tile(self, body: Term) -> bool:
-        """Whether `body` is a serial loop that is such a register tile: the loop around it is
-        outlined with it, one call per run of that loop instead of one per tile."""
+        """Whether `body` is a serial loop that is such a register tile (after the fill that
+        seeds it, `fills_tile`, if any): the loop around it is outlined with it, one call per
+        run of that loop instead of one per tile."""
+        if body.op == "Stmt.seq" and self.fills_tile(*body.args):  # type: ignore[arg-type]
+            body = body.args[1]  # type: ignore[assignment]  # a tile seeded by its fill
         tile = self.serial_tile(body)
         return tile is not None and self.takes_every_register(tile)
 
@@ -1124,24 +1168,20 @@ class _RowsTranspose:
     row_stride: int
 
 
-def _with_loop_axis(statement: Term, axis: Term, replacement: Term) -> Term:
-    """`statement` with its loops over `axis` (of the loops nested around its innermost
-    statement) looping over `replacement` instead."""
-    if statement.op != "Stmt.loop":
-        return statement
-    loop_axis, kind, body = statement.args
-    assert isinstance(body, Term)
-    new_axis = replacement if loop_axis == axis else loop_axis
-    return Term("Stmt.loop", (new_axis, kind, _with_loop_axis(body, axis, replacement)))
+def _nest_loops(loops: list[tuple[Term, Term]], body: Term) -> Term:
+    """Loops of (axis, kind), outermost first, around `body` (`_loops_around` undone)."""
+    for axis, kind in reversed(loops):
+        body = Term("Stmt.loop", (axis, kind, body))
+    return body
 
 
-def _loops_around(statement: Term) -> tuple[list[tuple[Term, str]], Term]:
-    """The (axis, kind op) of the loops nested around one statement, outermost first, and that
+def _loops_around(statement: Term) -> tuple[list[tuple[Term, Term]], Term]:
+    """The (axis, kind) of the loops nested around one statement, outermost first, and that
     statement (`statement` itself and no loops when it is not a loop)."""
     loops = []
     while statement.op == "Stmt.loop":
         axis, kind, statement = statement.args  # type: ignore[assignment]
-        loops.append((axis, kind.op))  # type: ignore[union-attr]
+        loops.append((axis, kind))
     return loops, statement  # type: ignore[return-value]
 
 

@@ -33,12 +33,27 @@ def load(buffer: str, index: Term) -> Term:
     return Term("Scalar.load", (buffer, index))
 
 
+def contraction_loops(r: Term, depth: int | None) -> list[tuple[Term, str, tuple[int, ...]]]:
+    """The serial loops over contraction axis `r`: itself, or blocks of `depth` and in them."""
+    if depth is None:
+        return [(r, "serial", ())]
+    return [(outer(r, depth), "serial", ()), (inner(r, depth), "serial", ())]
+
+
 def filled_tile(
-    m: int, k: int, n: int, rows: int, op: str, fill: Term, vector: bool, dtype: str
+    m: int,
+    k: int,
+    n: int,
+    rows: int,
+    op: str,
+    fill: Term,
+    vector: bool,
+    dtype: str,
+    depth: int | None = None,
 ) -> LoopProgram:
     """For each tile of `rows` rows: `fill` stored over the tile's rows and columns, then
     out0[i, j] op= x[i, k] * w[k, j] over k around the tile (columns as its vector axis, or
-    a serial loop outside it)."""
+    a serial loop outside it); over k in blocks of `depth` where given."""
     i, j, r = named("i0", m), named("i1", n), named("k", k)
     rows_inner = (inner(i, rows), "unroll", (rows,))
     columns = (j, "vector", ()) if vector else (j, "serial", ())
@@ -46,7 +61,8 @@ def filled_tile(
     product = Term("Scalar.binary", ("mul", load("in0", at(i, r)), load("in1", at(r, j))))
     filled = nest(tile_axes, Term("Stmt.store", ("out0", at(i, j), fill)))
     tile = nest(
-        [(r, "serial", ()), *tile_axes], Term("Stmt.accumulate", ("out0", at(i, j), op, product))
+        [*contraction_loops(r, depth), *tile_axes],
+        Term("Stmt.accumulate", ("out0", at(i, j), op, product)),
     )
     body = Term("Stmt.seq", (filled, tile))
     outside = [(outer(i, rows), "serial", ())] + ([] if vector else [columns])
@@ -107,11 +123,20 @@ def test_a_products_zeroed_rows_are_not_read_back(isa: str) -> None:
 
 
 def filled_panels(
-    m: int, k: int, n: int, rows: int, panel: int, op: str, fill: Term, dtype: str
+    m: int,
+    k: int,
+    n: int,
+    rows: int,
+    panel: int,
+    op: str,
+    fill: Term,
+    dtype: str,
+    depth: int | None = None,
 ) -> LoopProgram:
     """For each tile of `rows` rows: `fill` stored over the tile's rows and all `n` columns,
     then, for each panel of `panel` columns, out0[i, j] op= x[i, k] * w[k, j] over k around a
-    register tile of the panel (a product's zeroed rows, then its column panels)."""
+    register tile of the panel (a product's zeroed rows, then its column panels); over k in
+    blocks of `depth` inside each panel where given."""
     i, j, r = named("i0", m), named("i1", n), named("k", k)
     rows_inner = (inner(i, rows), "unroll", (rows,))
     product = Term("Scalar.binary", ("mul", load("in0", at(i, r)), load("in1", at(r, j))))
@@ -119,7 +144,7 @@ def filled_panels(
     panels = nest(
         [
             (outer(j, panel), "serial", ()),
-            (r, "serial", ()),
+            *contraction_loops(r, depth),
             rows_inner,
             (inner(j, panel), "vector", ()),
         ],
@@ -127,6 +152,40 @@ def filled_panels(
     )
     body = nest([(outer(i, rows), "serial", ())], Term("Stmt.seq", (filled, panels)))
     return LoopProgram(body, (("x", (m, k)), ("w", (k, n))), ((m, n),), dtype)
+
+
+def filled_packed_panels(
+    m: int, k: int, n: int, block: int, rows: int, panel: int, fill: Term
+) -> LoopProgram:
+    """A product as eqsat nests a large one: for each block of `block` rows, `fill` stored over
+    its rows (in tiles of `rows`) and all `n` columns; then for each panel of `panel` columns,
+    w's panel packed into a temporary, and for each tile of rows of the block, a register tile
+    summing x[i, k] * panel[k, j] over k."""
+    i, j, r = named("i0", m), named("i1", n), named("k", k)
+    block_rows = inner(i, block)
+    row_tiles, tile_rows = (
+        (outer(block_rows, rows), "serial", ()),
+        (inner(block_rows, rows), "unroll", (rows,)),
+    )
+    columns = inner(j, panel)
+    filled = nest(
+        [row_tiles, tile_rows, (j, "vector", ())], Term("Stmt.store", ("out0", at(i, j), fill))
+    )
+    pack = nest(
+        [(r, "serial", ()), (columns, "vector", ())],
+        Term("Stmt.store", ("pk", at(r, columns), load("in1", at(r, j)))),
+    )
+    product = Term("Scalar.binary", ("mul", load("in0", at(i, r)), load("pk", at(r, columns))))
+    tiles = nest(
+        [row_tiles, (r, "serial", ()), tile_rows, (columns, "vector", ())],
+        Term("Stmt.accumulate", ("out0", at(i, j), "sum", product)),
+    )
+    panels = nest(
+        [(outer(j, panel), "serial", ())],
+        Term("Stmt.alloc", ("pk", (k, panel), Term("Stmt.seq", (pack, tiles)))),
+    )
+    body = nest([(outer(i, block), "serial", ())], Term("Stmt.seq", (filled, panels)))
+    return LoopProgram(body, (("x", (m, k)), ("w", (k, n))), ((m, n),), "float32")
 
 
 @settings(max_examples=20, deadline=None)
@@ -146,8 +205,7 @@ def test_a_fill_of_all_columns_seeds_the_tile_of_each_column_panel(
 ) -> None:
     """Remainder row tiles and column panels, NaN and -0.0 as the fill: the kernel agrees with
     the interpreter, and wherever the panel's loop is a register tile, each panel's
-    accumulators start at the constant and out0 is never read back
-    (`Emitter.fill_in_panels`)."""
+    accumulators start at the constant and out0 is never read back (`Emitter.fill_sunk`)."""
     m, k, n = shape
     program = filled_panels(m, k, n, rows, panel, op, Term("Scalar.const", (constant,)), dtype)
     source = emit(program, isa, "eqsat_kernel")
@@ -167,6 +225,48 @@ def test_a_short_products_zeroed_rows_are_not_read_back_in_its_panels(isa: str) 
     source = emit(program, isa, "eqsat_kernel")
     assert READS_OUTPUT.search(source) is None and "acc0 = _mm" in source
     assert ZERO_STORED.search(source) is None, source  # no pass of zeros before the panels
+    agrees_with_interpreter(program, isa)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    isa=st.sampled_from(RUN_ISAS),
+    shape=st.tuples(st.integers(1, 40), st.integers(1, 9), st.integers(1, 60)),
+    block=st.sampled_from([8, 16]),
+    rows=st.integers(1, 4),
+    panel=st.sampled_from([8, 16, 24]),
+    constant=st.sampled_from(FILLS),
+)
+def test_a_blocks_fill_goes_down_to_each_tile_of_its_packed_panels(
+    isa: str, shape: tuple[int, int, int], block: int, rows: int, panel: int, constant: float
+) -> None:
+    """Blocks of rows, tiles of rows in them and column panels, each with a remainder, the
+    panel packed first: the fill of the block's rows goes down through the panel's loop, the
+    packing and the loop over row tiles to each tile (`Emitter.fill_sunk`); the kernel agrees
+    with the interpreter, and out0 is never read back where the tiles are register tiles."""
+    m, k, n = shape
+    fill = Term("Scalar.const", (constant,))
+    program = filled_packed_panels(m, k, n, block, rows, panel, fill)
+    source = emit(program, isa, "eqsat_kernel")
+    if isa != "scalar":
+        assert READS_OUTPUT.search(source) is None, source
+    agrees_with_interpreter(program, isa)
+
+
+@pytest.mark.parametrize("isa", VECTOR_ISAS)
+@pytest.mark.parametrize("panels", [False, True])
+def test_a_fill_stays_above_blocks_of_the_contraction(isa: str, panels: bool) -> None:
+    """A tile summed over k in blocks of 4, right after the fill of its accumulators or inside
+    column panels: a fill taken down into the loop over the blocks would start each block's
+    sums again from the constant (a perturbed extraction of 128^3 hit the first: 44 off). It
+    stays where it is (stored, then read back by every block's tile), and the kernel agrees
+    with the interpreter."""
+    if panels:
+        program = filled_panels(9, 10, 20, 4, 8, "sum", ZERO, "float32", depth=4)
+    else:
+        program = filled_tile(9, 10, 20, 4, "sum", ZERO, True, "float32", depth=4)
+    source = emit(program, isa, "eqsat_kernel")
+    assert READS_OUTPUT.search(source) is not None, source
     agrees_with_interpreter(program, isa)
 
 
