@@ -15,9 +15,10 @@ from eqsat.backend_c.emit import emit
 from eqsat.core.loops import register_tile
 from eqsat.core.terms import LoopProgram, Term
 from eqsat.extract.machine import host
-from tests.isas import RUN_ISAS, VECTOR_ISAS
-from tests.programs import agrees_with_interpreter
+from tests.isas import RUN_ISAS, VECTOR_ISAS, skip_unless_runs
+from tests.programs import agrees_with_interpreter, compiled
 from tests.test_loops import at, inner, named, nest, outer
+from tests.test_numerics import assert_specials_agree, with_specials
 
 ZERO = Term("Scalar.const", (0.0,))
 FILLS = [0.0, -0.0, 1.5, -np.inf, np.nan]
@@ -251,6 +252,23 @@ def test_a_blocks_fill_goes_down_to_each_tile_of_its_packed_panels(
     if isa != "scalar":
         assert READS_OUTPUT.search(source) is None, source
     agrees_with_interpreter(program, isa)
+
+
+@pytest.mark.parametrize("isa", VECTOR_ISAS)
+def test_a_sunk_fill_keeps_nan_inf_and_signed_zeros_as_numpy(isa: str) -> None:
+    """Tiles seeded by a block's zeroed rows taken down to them (`Emitter.fill_sunk`) carry
+    NaN, ±inf and -0.0 through as numpy's product does."""
+    program = filled_packed_panels(37, 20, 100, 16, 4, 24, ZERO)
+    kernel = compiled(program, isa)
+    assert READS_OUTPUT.search(kernel.c_source) is None, kernel.c_source
+    skip_unless_runs(isa)
+    rng = np.random.default_rng(7)
+    x, w = with_specials(rng, (37, 20), 0.05), with_specials(rng, (20, 100), 0.05)
+    x[3, 5], x[4, :], w[7, 2] = -0.0, 0.0, np.inf  # a row of zeros meets an inf: NaN
+    with np.errstate(all="ignore"):
+        want = x @ w
+        reference = x.astype(np.float64) @ w.astype(np.float64)
+    assert_specials_agree(kernel(x=x, w=w), want, reference)
 
 
 @pytest.mark.parametrize("isa", VECTOR_ISAS)
