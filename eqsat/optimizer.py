@@ -40,7 +40,7 @@ from eqsat.rewrites.algebra import algebra_rules
 from eqsat.rewrites.algebra_facts import algebra_facts
 from eqsat.rewrites.contraction import contract_temporaries
 from eqsat.rewrites.flatten import flatten, is_flattenable
-from eqsat.rewrites.lowering import collect_inputs, lower
+from eqsat.rewrites.lowering import collect_inputs, lowerings
 from eqsat.rewrites.masked_blocks import skip_masked_blocks
 from eqsat.rewrites.packing import pack_panels
 from eqsat.rewrites.partition import joined, parts
@@ -459,6 +459,7 @@ class _Scheduled:
 
     form: list[Term]
     canonical: LoopProgram
+    lowering_note: str  # how `canonical` differs from the form's canonical lowering ("": not)
     small_kernel_nodes: int | None  # the loop stage's budget, when reduced for a small kernel
     extracted: Term  # the nest extraction chose
     body: Term  # `extracted` after row-block fusion, before `after_extraction`
@@ -466,6 +467,12 @@ class _Scheduled:
     canonical_cost: float
     report: SaturationReport
     parts: tuple[tuple[SerializedGraph, Term], ...]  # each part's e-graph and chosen nest
+
+    @property
+    def described(self) -> str:
+        """The form as the report lists it, with its lowering's note."""
+        form = "; ".join(format_tensor(t) for t in self.form)
+        return f"{form} ({self.lowering_note})" if self.lowering_note else form
 
 
 def _small_kernel_nodes(
@@ -481,7 +488,12 @@ def _small_kernel_nodes(
 
 
 def _schedule_loops(
-    form: list[Term], canonical: LoopProgram, machine: Machine, limits: Limits, progress: Progress
+    form: list[Term],
+    canonical: LoopProgram,
+    lowering_note: str,
+    machine: Machine,
+    limits: Limits,
+    progress: Progress,
 ) -> _Scheduled:
     """`form`, lowered to `canonical`, each of its parts (`eqsat.rewrites.partition`) scheduled
     in an e-graph of its own with the whole budget, their nests joined and fused by row
@@ -516,6 +528,7 @@ def _schedule_loops(
     return _Scheduled(
         form=form,
         canonical=canonical,
+        lowering_note=lowering_note,
         small_kernel_nodes=small,
         extracted=extracted,
         body=body,
@@ -639,11 +652,11 @@ def _optimize(
     finite_only = {i.name for i in (*ALGEBRA_IDENTITIES, *extra_rules) if i.finite_only}
     fired = {name for name, count in algebra_report.matches.items() if count}
     scheduled: list[_Scheduled] = []
-    for form in forms:
-        canonical = lower(form, written=terms)
+    lowered = ((form, *lowering) for form in forms for lowering in lowerings(form, terms))
+    for form, lowering_note, canonical in lowered:
         if any(earlier.canonical == canonical for earlier in scheduled):
             continue  # the loops of a form scheduled already (forms differing in transposes)
-        scheduled.append(_schedule_loops(form, canonical, machine, limits, reporter))
+        scheduled.append(_schedule_loops(form, canonical, lowering_note, machine, limits, reporter))
         if scheduled[-1].report.stop_reason != "saturated":
             break  # a stage that hit its limits leaves no budget for another form
     best = min(scheduled, key=lambda candidate: candidate.estimate.cycles)
@@ -657,9 +670,7 @@ def _optimize(
         stages=(algebra_report, best.report),
         small_kernel_nodes=best.small_kernel_nodes,
         machine=machine,
-        forms=tuple(
-            ("; ".join(format_tensor(t) for t in c.form), c.estimate.cycles) for c in scheduled
-        ),
+        forms=tuple((c.described, c.estimate.cycles) for c in scheduled),
         extracted=best.extracted,
         scheduled=best.body,
         assume_finite=assume_finite,

@@ -23,6 +23,15 @@ Rules of the translation:
   operand has at least PACK_MIN_ROWS rows: read in place, the vector axis of the product would
   stride through K; copied once, the product is a plain unit-stride matmul that register tiles
   (`eqsat.core.loops.register_tile`).
+- The left operand of a matmul that is a transpose moving its last dimension (`x.T @ y`, a
+  gram matrix or a gradient) is read in place by the canonical lowering, or copied into a
+  buffer of rows along the contraction by the other lowering `lowerings` offers, when the product
+  reuses each element PACK_MIN_ROWS times. Neither wins everywhere: copied, 2000x300 @ 2000x300
+  ran 1.8x and 1000x256 @ 1000x256 1.5x faster; in place, 10000x64 @ 10000x64 1.4x and
+  1926x252 @ 1926x26 1.6x faster (the copy is a pass over x that a short product does not
+  repay). Stage 2 schedules both and the cost model keeps the cheaper: on 24 random shapes it
+  ran 1.14x numpy in geometric mean, worst 0.83x, against 1.11x and 0.64x always in place and
+  1.16x for the faster of the two each time (docs/MEASUREMENTS.md).
 - An operand of a matmul whose elements evaluate arithmetic in place (`layernorm(x) @ W`,
   `relu(h) @ W2`, `x @ (W * s)`; not a view of an input or a buffer) gets a buffer when the
   product reuses each element at least PACK_MIN_ROWS times: inlined, the product would
@@ -109,7 +118,13 @@ def collect_inputs(roots: Sequence[Term]) -> list[tuple[str, tuple[int, ...], st
 
 
 class _Lowering:
-    def __init__(self, roots: Sequence[Term], inputs: Sequence[tuple[str, tuple[int, ...]]]):
+    def __init__(
+        self,
+        roots: Sequence[Term],
+        inputs: Sequence[tuple[str, tuple[int, ...]]],
+        copy_transposed_left: bool,
+    ):
+        self.copy_transposed_left = copy_transposed_left
         self.buffer_of_input = {name: f"in{i}" for i, (name, _) in enumerate(inputs)}
         self.uses = _count_uses(roots)
         self.statements: list[Term] = []
@@ -287,7 +302,9 @@ class _Lowering:
             b_idx = [*out_idx[:-2], index_of(k), out_idx[-1]]
             reused_a = self.shape(b)[-1] >= PACK_MIN_ROWS  # each element of a, by columns
             reused_b = self.shape(a)[-2] >= PACK_MIN_ROWS  # each element of b, by rows
-            if reused_a and self.computes(a):
+            if reused_a and (
+                self.computes(a) or (self.copy_transposed_left and _moves_last_dimension(a))
+            ):
                 left = load(self.materialize(a), a_idx)
             else:
                 left = self.value_at(a, a_idx)
@@ -463,8 +480,24 @@ def _count_uses(roots: Sequence[Term]) -> Counter[Term]:
     return uses
 
 
-def lower(roots: Sequence[Term], written: Sequence[Term] | None = None) -> LoopProgram:
-    """Canonical loop program computing every root.
+def lowerings(roots: Sequence[Term], written: Sequence[Term]) -> list[tuple[str, LoopProgram]]:
+    """The loop programs of `roots` that stage 2 schedules, each with a note of how it differs
+    from the first (the canonical `lower`, whose note is empty): also the one that copies each
+    reused transposed left operand of a matmul (module doc), where there is one."""
+    canonical = lower(roots, written)
+    copied = lower(roots, written, copy_transposed_left=True)
+    if copied == canonical:
+        return [("", canonical)]
+    return [("", canonical), ("transposed left operands copied", copied)]
+
+
+def lower(
+    roots: Sequence[Term],
+    written: Sequence[Term] | None = None,
+    copy_transposed_left: bool = False,
+) -> LoopProgram:
+    """Canonical loop program computing every root (`copy_transposed_left`: with the reused
+    transposed left operands of matmuls copied, module doc).
 
     Its inputs and dtype are those of `written` (default: the roots), in first-visit order: a
     program rewritten by algebra keeps the signature the user wrote, even where an input
@@ -476,7 +509,7 @@ def lower(roots: Sequence[Term], written: Sequence[Term] | None = None) -> LoopP
     if len(dtypes) > 1:
         raise DTypeError(f"one kernel cannot mix dtypes {sorted(dtypes)}")
     signature = [(name, shape) for name, shape, _ in inputs]
-    lowering = _Lowering(roots, signature)
+    lowering = _Lowering(roots, signature, copy_transposed_left)
     for k, root in enumerate(roots):
         lowering.materialize(root, f"out{k}")
     body = seq(lowering.statements)

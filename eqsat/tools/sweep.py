@@ -28,6 +28,7 @@ from eqsat.tools.workloads import (
     attention_workload,
     elementwise_workload,
     gelu_matmul_workload,
+    gram_workload,
     layernorm_matmul_workload,
     layernorm_workload,
     matmul_workload,
@@ -59,6 +60,8 @@ BLOCK_HEADS = ((8, 512), (1, 16), (8, 64))  # ... models to 1024 wide (its weigh
 FAMILIES = (
     Family("matmul", PRODUCT, 2.0e9, lambda s: matmul_workload(*s, 0.6), 0.9, 0.6),
     Family("mlp", PRODUCT, 2.0e9, lambda s: mlp_workload(*s, 0.7), 1.0, 0.7),
+    # (m, k, n) of x.T @ y, x of (k, m): the matmul's targets
+    Family("gram", PRODUCT, 2.0e9, lambda s: gram_workload(*s, 0.6), 0.9, 0.6),
     Family("softmax", ROWS, 1.6e7, lambda s: softmax_workload(*s, 1.5), 2.5, 1.5),
     Family("layernorm", ROWS, 1.6e7, lambda s: layernorm_workload(*s, 2.0), 3.5, 2.0),
     Family(

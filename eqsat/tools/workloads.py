@@ -151,6 +151,20 @@ def matmul_workload(m: int, k: int, n: int, target: float) -> Workload:
     )
 
 
+def gram_workload(m: int, k: int, n: int, target: float) -> Workload:
+    """`x.T @ y` of x (k, m) and y (k, n): a gram matrix, or a weight gradient `x.T @ delta`,
+    whose left operand is a transpose."""
+    return Workload(
+        "gram",
+        f"x.T @ y, x {k}x{m}, y {k}x{n}",
+        {"x": (k, m), "y": (k, n)},
+        lambda x, y: x.T @ y,
+        lambda x, y: x.T @ y,
+        target=target,
+        flops=2.0 * m * k * n,
+    )
+
+
 def mlp_workload(m: int, k: int, n: int, target: float) -> Workload:
     """A dense layer `relu(x @ W + b)`, x of (m, k), W of (k, n)."""
     relu = partial(np.maximum, 0)
