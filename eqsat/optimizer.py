@@ -487,30 +487,50 @@ def _small_kernel_nodes(
     return small if roofline < SMALL_KERNEL_SECONDS else None
 
 
-def _schedule_loops(
+def _schedule_lowerings(
     form: list[Term],
-    canonical: LoopProgram,
-    lowering_note: str,
+    lowered: Sequence[tuple[str, LoopProgram]],
     machine: Machine,
     limits: Limits,
     progress: Progress,
-) -> _Scheduled:
-    """`form`, lowered to `canonical`, each of its parts (`eqsat.rewrites.partition`) scheduled
-    in an e-graph of its own with the whole budget, their nests joined and fused by row
-    blocks."""
-    small = _small_kernel_nodes(form, machine, canonical.dtype, limits)
+) -> list[_Scheduled]:
+    """`form` through stage 2 once per lowering in `lowered` (`lowerings`' (note, program)
+    pairs): the parts (`eqsat.rewrites.partition`) of every lowering scheduled at once, each in
+    an e-graph of its own with the whole budget, in worker processes too (what each gets does
+    not depend on where it ran: x.T @ y's two lowerings compile side by side on two cores);
+    then each lowering's nests joined and fused by row blocks."""
+    dtype = lowered[0][1].dtype
+    small = _small_kernel_nodes(form, machine, dtype, limits)
     if small is not None:
         limits = replace(limits, nodes=small)
-    cost = LoopCost(machine, canonical.dtype)
-    # the parts at once, in worker processes too: what each gets does not depend on where it ran
-    scheduled = parallel_map(
+    pieces = [parts(canonical.body) for _, canonical in lowered]
+    results = parallel_map(
         _schedule_part,
         [
-            (piece, machine, cost.dtype, limits, small is not None, progress)
-            for piece in parts(canonical.body)
+            (piece, machine, dtype, limits, small is not None, progress)
+            for lowering_pieces in pieces
+            for piece in lowering_pieces
         ],
         timeout=limits.seconds + limits.extraction_seconds,
     )
+    scheduled = []
+    for (note, canonical), lowering_pieces in zip(lowered, pieces, strict=True):
+        own, results = results[: len(lowering_pieces)], results[len(lowering_pieces) :]
+        scheduled.append(_joined_and_fused(form, note, canonical, small, own, machine))
+    return scheduled
+
+
+def _joined_and_fused(
+    form: list[Term],
+    lowering_note: str,
+    canonical: LoopProgram,
+    small: int | None,
+    scheduled: Sequence[_Part],
+    machine: Machine,
+) -> _Scheduled:
+    """`form`, lowered to `canonical`, with the nests its parts got (`scheduled`, in order)
+    joined and fused by row blocks."""
+    cost = LoopCost(machine, canonical.dtype)
     extracted = joined(canonical.body, [part.extracted for part in scheduled])
     canonical_cost = cost.estimate(canonical.body).cycles
     body = fuse_row_blocks(
@@ -652,12 +672,17 @@ def _optimize(
     finite_only = {i.name for i in (*ALGEBRA_IDENTITIES, *extra_rules) if i.finite_only}
     fired = {name for name, count in algebra_report.matches.items() if count}
     scheduled: list[_Scheduled] = []
-    lowered = ((form, *lowering) for form in forms for lowering in lowerings(form, terms))
-    for form, lowering_note, canonical in lowered:
-        if any(earlier.canonical == canonical for earlier in scheduled):
-            continue  # the loops of a form scheduled already (forms differing in transposes)
-        scheduled.append(_schedule_loops(form, canonical, lowering_note, machine, limits, reporter))
-        if scheduled[-1].report.stop_reason != "saturated":
+    for form in forms:
+        # the loops of a form scheduled already are skipped (forms differing in transposes)
+        lowered = [
+            (note, canonical)
+            for note, canonical in lowerings(form, terms)
+            if all(earlier.canonical != canonical for earlier in scheduled)
+        ]
+        if not lowered:
+            continue
+        scheduled += _schedule_lowerings(form, lowered, machine, limits, reporter)
+        if any(s.report.stop_reason != "saturated" for s in scheduled[-len(lowered) :]):
             break  # a stage that hit its limits leaves no budget for another form
     best = min(scheduled, key=lambda candidate: candidate.estimate.cycles)
     return Optimized(
