@@ -29,9 +29,10 @@ Rules of the translation:
   reuses each element PACK_MIN_ROWS times. Neither wins everywhere: copied, 2000x300 @ 2000x300
   ran 1.8x and 1000x256 @ 1000x256 1.5x faster; in place, 10000x64 @ 10000x64 1.4x and
   1926x252 @ 1926x26 1.6x faster (the copy is a pass over x that a short product does not
-  repay). Stage 2 schedules both and the cost model keeps the cheaper: on 24 random shapes it
-  ran 1.14x numpy in geometric mean, worst 0.83x, against 1.11x and 0.64x always in place and
-  1.16x for the faster of the two each time (docs/MEASUREMENTS.md).
+  repay). Stage 2 schedules both and keeps the cheaper by the cost model, with a preference
+  for the copy (`optimizer.COPIED_LOWERING_PREFERENCE`): on 24 random shapes 1.15x numpy in
+  geometric mean, worst 0.83x, against 1.11x and 0.64x always in place and 1.16x for the
+  faster of the two each time (docs/MEASUREMENTS.md).
 - An operand of a matmul whose elements evaluate arithmetic in place (`layernorm(x) @ W`,
   `relu(h) @ W2`, `x @ (W * s)`; not a view of an input or a buffer) gets a buffer when the
   product reuses each element at least PACK_MIN_ROWS times: inlined, the product would
