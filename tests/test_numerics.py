@@ -58,6 +58,19 @@ def with_specials(rng: np.random.Generator, shape: tuple[int, ...], rate: float)
     return values
 
 
+def assert_product_keeps_specials(kernel: Callable[..., Any], m: int, k: int, n: int) -> None:
+    """`kernel(x=..., w=...)`, a product x @ w of (m, k) by (k, n) with m >= 5, k >= 8 and
+    n >= 3, gives numpy's NaN, ±inf and -0.0 on inputs holding them, a row of zeros meeting an
+    inf among them."""
+    rng = np.random.default_rng(7)
+    x, w = with_specials(rng, (m, k), 0.05), with_specials(rng, (k, n), 0.05)
+    x[3, 5], x[4, :], w[7, 2] = -0.0, 0.0, np.inf  # a row of zeros meets an inf: NaN
+    with np.errstate(all="ignore"):
+        want = x @ w
+        reference = x.astype(np.float64) @ w.astype(np.float64)
+    assert_specials_agree(kernel(x=x, w=w), want, reference)
+
+
 # ---------------------------------------------------------------- the interpreter
 
 
