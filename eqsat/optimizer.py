@@ -40,7 +40,7 @@ from eqsat.rewrites.algebra import algebra_rules
 from eqsat.rewrites.algebra_facts import algebra_facts
 from eqsat.rewrites.contraction import contract_temporaries
 from eqsat.rewrites.flatten import flatten, is_flattenable
-from eqsat.rewrites.lowering import collect_inputs, lowerings
+from eqsat.rewrites.lowering import COPIED_TRANSPOSED_LEFT, collect_inputs, lowerings
 from eqsat.rewrites.masked_blocks import skip_masked_blocks
 from eqsat.rewrites.packing import pack_panels
 from eqsat.rewrites.partition import joined, parts
@@ -484,7 +484,8 @@ class _Scheduled:
 def _ranked_cycles(scheduled: _Scheduled) -> float:
     """The predicted cycles the scheduled forms and lowerings compete on: a copying lowering's
     times COPIED_LOWERING_PREFERENCE."""
-    preference = COPIED_LOWERING_PREFERENCE if scheduled.lowering_note else 1.0
+    copied = scheduled.lowering_note == COPIED_TRANSPOSED_LEFT
+    preference = COPIED_LOWERING_PREFERENCE if copied else 1.0
     return scheduled.estimate.cycles * preference
 
 

@@ -481,6 +481,10 @@ def _count_uses(roots: Sequence[Term]) -> Counter[Term]:
     return uses
 
 
+# The note of the lowering that copies reused transposed left operands (`lowerings`).
+COPIED_TRANSPOSED_LEFT = "transposed left operands copied"
+
+
 def lowerings(roots: Sequence[Term], written: Sequence[Term]) -> list[tuple[str, LoopProgram]]:
     """The loop programs of `roots` that stage 2 schedules, each with a note of how it differs
     from the first (the canonical `lower`, whose note is empty): also the one that copies each
@@ -489,7 +493,7 @@ def lowerings(roots: Sequence[Term], written: Sequence[Term]) -> list[tuple[str,
     copied = lower(roots, written, copy_transposed_left=True)
     if copied == canonical:
         return [("", canonical)]
-    return [("", canonical), ("transposed left operands copied", copied)]
+    return [("", canonical), (COPIED_TRANSPOSED_LEFT, copied)]
 
 
 def lower(

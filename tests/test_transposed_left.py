@@ -15,13 +15,11 @@ from eqsat.core.interp import run
 from eqsat.core.loops import top_allocations
 from eqsat.core.terms import Term, to_term
 from eqsat.optimizer import COPIED_LOWERING_PREFERENCE
-from eqsat.rewrites.lowering import lowerings
+from eqsat.rewrites.lowering import COPIED_TRANSPOSED_LEFT, lowerings
 from tests.isas import RUN_ISAS
 from tests.machines import AVX2_EPYC
 from tests.programs import assert_close, compiled
 from tests.test_numerics import assert_specials_agree, with_specials
-
-COPIED = "transposed left operands copied"
 
 
 def lowered(expr: eqsat.Tensor) -> list[tuple[str, object]]:
@@ -33,7 +31,7 @@ def lowered(expr: eqsat.Tensor) -> list[tuple[str, object]]:
 def test_a_transposed_left_operand_is_lowered_in_place_and_copied() -> None:
     x, y = eqsat.tensor("x", (50, 12)), eqsat.tensor("y", (50, 9))
     (plain_note, plain), (copied_note, copied) = lowered(x.T @ y)
-    assert (plain_note, copied_note) == ("", COPIED)
+    assert (plain_note, copied_note) == ("", COPIED_TRANSPOSED_LEFT)
     assert top_allocations(plain.body)[0] == []  # type: ignore[attr-defined]
     # the copy holds x's rows along the contraction: x.T itself, 12 x 50
     assert top_allocations(copied.body)[0] == [("t0", (12, 50))]  # type: ignore[attr-defined]
@@ -80,7 +78,7 @@ def test_both_lowerings_compile_to_what_numpy_computes(
     y = eqsat.tensor("y", (*lead, k, m), dtype=dtype)
     expr = x.T @ y if heads is None else x.transpose(0, 2, 1) @ y
     programs = lowered(expr)
-    assert [note for note, _ in programs] == ["", COPIED]
+    assert [note for note, _ in programs] == ["", COPIED_TRANSPOSED_LEFT]
     rng = np.random.default_rng(seed)
     inputs = {
         "x": with_specials(rng, (*lead, k, n), 0.05).astype(dtype),
@@ -110,7 +108,7 @@ def test_the_optimizer_schedules_both_and_keeps_the_faster_there(
     y = x if m is None else eqsat.tensor("y", (k, m))
     optimized = eqsat.optimize(x.T @ y, machine=AVX2_EPYC, progress=False)
     (plain_form, plain_cycles), (copied_form, copied_cycles) = optimized.forms
-    assert copied_form == f"{plain_form} ({COPIED})"
+    assert copied_form == f"{plain_form} ({COPIED_TRANSPOSED_LEFT})"
     copied_wins = copied_cycles * COPIED_LOWERING_PREFERENCE < plain_cycles
     assert optimized.cost == (copied_cycles if copied_wins else plain_cycles)
     assert copied_wins == copied
