@@ -484,7 +484,7 @@ class _Scheduled:
 def _ranked_cycles(scheduled: _Scheduled) -> float:
     """The predicted cycles the scheduled forms and lowerings compete on: a copying lowering's
     times COPIED_LOWERING_PREFERENCE."""
-    copied = scheduled.lowering_note == COPIED_TRANSPOSED_LEFT
+    copied = COPIED_TRANSPOSED_LEFT in scheduled.lowering_note
     preference = COPIED_LOWERING_PREFERENCE if copied else 1.0
     return scheduled.estimate.cycles * preference
 
@@ -566,7 +566,9 @@ def _joined_and_fused(
         small_kernel_nodes=small,
         extracted=extracted,
         body=body,
-        estimate=cost.estimate(body),
+        # priced with the blocks a mask discards skipped (`skip_masked_blocks`): a mirrored
+        # symmetric product competes on half its blocks
+        estimate=cost.estimate(skip_masked_blocks(body)),
         canonical_cost=canonical_cost,
         report=_combined([part.report for part in scheduled]),
         parts=tuple((part.graph, part.extracted) for part in scheduled),

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from eqsat.core.affine import guard_fraction
 from eqsat.core.loops import (
     PARALLEL_KINDS,
     RegisterTile,
@@ -279,8 +280,11 @@ class LoopCost:
                 return _Statement.of(estimate, body.touched)
             case "Stmt.loop":
                 return self.loop(statement)
-            case "Stmt.guard":  # priced as if it always held: an upper bound
-                return self._statement(a[2])  # type: ignore[arg-type]
+            case "Stmt.guard":  # its body times the share of the work it lets run
+                body = self._statement(a[2])  # type: ignore[arg-type]
+                fraction = guard_fraction(a[0], int(a[1]), self.machine.cores)  # type: ignore[arg-type]
+                estimate = self.combine(body.touched, [body.estimate], fraction)
+                return _Statement.of(estimate, body.touched)
         raise ValueError(f"not a statement: {statement.op}")
 
     # ------------------------------------------------------------ statements

@@ -14,15 +14,18 @@ such a block loop in a `Stmt.guard`, which runs an iteration only if the mask ma
 element it writes.
 
 This is a pass after extraction, like `eqsat.rewrites.packing`: the guard's bound depends on the
-block's loops, which only the extracted nest has. The cost model prices the nest before it (an
-upper bound). It is sound whatever the values, NaN and ±inf included, because a skipped element
+block's loops, which only the extracted nest has. Extraction prices nests without guards (an
+upper bound); the optimizer compares the scheduled forms and lowerings with them, each guard
+priced by the share of work it lets its busiest thread run (`eqsat.core.affine.guard_fraction`). It is sound whatever the values, NaN and ±inf included, because a skipped element
 is never read. A temporary B is masked by M when
 1. every load of B is under a `where` whose condition is M or its negation, and the load stands
    in the branch M selects (loads of B elsewhere, in a condition say, make B unmasked);
 2. M is an affine comparison of indices (`float(j) - float(i) <= 0`), integral, and exact in
    floating point: its terms stay below 2**24;
 3. written over B's element coordinates (the load's plain-axis indices) and the loops around
-   B's allocation, M is the same for every load.
+   B's allocation, every load's conditions imply M: the same comparison, or one stronger in
+   its constant (a mirrored symmetric product reads t[i, j] where i <= j and t[j, i] where
+   i > j, both elements e0 - e1 <= 0; `eqsat.rewrites.lowering`).
 A serial or parallel loop L inside B's allocation gets a guard when every statement in its body
 writes B at affine indices, or a buffer allocated inside the body; when its body is a block
 (not one statement) and L is not a register tile's or a copy's loop, which the emitter shapes
@@ -36,43 +39,14 @@ mask may hold.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 
+from eqsat.core.affine import Affine, index_affine
 from eqsat.core.loops import axis_extent, split_tile, statements_in
 from eqsat.core.term import Term, index_items
 
 EXACT_BELOW = 2**24  # integers a float32 holds exactly: a mask's comparison is exact below it
 GUARD_KINDS = ("LoopKind.serial", "LoopKind.parallel", "LoopKind.parallel_sum")
 ELEMENT = "#element"  # a key of Affine: ("#element", d) is the d-th index of the masked buffer
-
-
-@dataclass(frozen=True)
-class Affine:
-    """sum(coefficient * value of key) + constant, integral; a key is an axis term or
-    (ELEMENT, d)."""
-
-    coefficients: tuple[tuple[object, int], ...]  # sorted by str(key), no zero coefficient
-    constant: int = 0
-
-    @staticmethod
-    def of(coefficients: Mapping[object, int], constant: int = 0) -> Affine:
-        kept = sorted(((k, c) for k, c in coefficients.items() if c), key=lambda kc: str(kc[0]))
-        return Affine(tuple(kept), constant)
-
-    def plus(self, other: Affine, factor: int = 1) -> Affine:
-        """self + factor * other."""
-        total = dict(self.coefficients)
-        for key, coefficient in other.coefficients:
-            total[key] = total.get(key, 0) + factor * coefficient
-        return Affine.of(total, self.constant + factor * other.constant)
-
-    def substituted(self, values: Mapping[object, Affine]) -> Affine:
-        """Each key in `values` replaced by its value."""
-        result = Affine.of({}, self.constant)
-        for key, coefficient in self.coefficients:
-            value = values.get(key, Affine.of({key: 1}))
-            result = result.plus(value, coefficient)
-        return result
 
 
 def skip_masked_blocks(body: Term) -> Term:
@@ -107,7 +81,9 @@ def masking(buffer: str, body: Term, around: Sequence[Term]) -> Affine | None:
     """The mask M (`M <= 0` where an element of temporary `buffer` may be read), over its element
     coordinates and the loops `around` its allocation, of `buffer` allocated around `body`; or
     None if it has none (module doc, conditions 1-3)."""
-    common: set[Affine] | None = None
+    # M + c <= 0 implies M + c' <= 0 for every c' <= c: per direction M (the coefficients),
+    # the least constant c of the strongest condition of each load read so far
+    common: dict[tuple[tuple[object, int], ...], int] | None = None
     for statement, _ in _leaves(body, ()):
         value = statement.args[-1]
         assert isinstance(value, Term)
@@ -115,17 +91,20 @@ def masking(buffer: str, body: Term, around: Sequence[Term]) -> Affine | None:
             if load.args[0] != buffer:
                 continue
             items = index_items(load.args[1])  # type: ignore[arg-type]
-            found = set()
+            strongest: dict[tuple[tuple[object, int], ...], int] = {}
             for condition in conditions:
-                in_elements = _over_elements(condition, items, around)
-                if in_elements is not None:
-                    found.add(in_elements)
-            common = found if common is None else common & found
+                mask = _over_elements(condition, items, around)
+                if mask is not None:
+                    known = strongest.get(mask.coefficients, mask.constant)
+                    strongest[mask.coefficients] = max(known, mask.constant)
+            if common is not None:
+                strongest = {m: min(c, common[m]) for m, c in strongest.items() if m in common}
+            common = strongest
             if not common:
                 return None
     if not common:
         return None
-    return min(common, key=str)
+    return min((Affine(m, c) for m, c in common.items()), key=str)
 
 
 def _leaves(s: Term, loops: tuple[Term, ...]) -> Iterator[tuple[Term, tuple[Term, ...]]]:
@@ -218,23 +197,6 @@ def _scalar_affine(s: Term) -> Affine | None:
             for factor, other in ((x, y), (y, x)):
                 if not factor.coefficients:
                     return Affine.of({}).plus(other, factor.constant)
-    return None
-
-
-def index_affine(index: Term) -> Affine | None:
-    """Index `index` as an affine function of axis terms, or None (a div or mod)."""
-    a = index.args
-    match index.op:
-        case "Index.axis":
-            return Affine.of({a[0]: 1})
-        case "Index.const":
-            return Affine.of({}, int(a[0]))  # type: ignore[arg-type]
-        case "Index.add":
-            x, y = index_affine(a[0]), index_affine(a[1])  # type: ignore[arg-type]
-            return None if x is None or y is None else x.plus(y)
-        case "Index.scale":
-            x = index_affine(a[0])  # type: ignore[arg-type]
-            return None if x is None else Affine.of({}).plus(x, int(a[1]))  # type: ignore
     return None
 
 

@@ -101,6 +101,14 @@ def cosine_similarity(a: Any, b: Any, xp: ModuleType) -> Any:
     return a_unit @ b_unit.T
 
 
+def correlation(x: Any, xp: ModuleType) -> Any:
+    """The correlation matrix of the columns of x (numpy's `corrcoef(x, rowvar=False)`): the
+    centered columns' gram matrix over the outer product of their norms."""
+    centered = x - x.mean(axis=0)
+    norms = xp.sqrt((centered * centered).sum(axis=0))
+    return (centered.T @ centered) / (norms[:, None] * norms[None, :])
+
+
 def logistic_gradient(x: Any, w: Any, y: Any, xp: ModuleType) -> Any:
     """The gradient of the mean logistic loss: xᵀ(σ(x w) − y) / n."""
     predicted = 1 / (1 + xp.exp(-(x @ w)))
@@ -271,6 +279,14 @@ def whole_programs(quick: bool = False) -> list[Workload]:
         block_workload(seq, heads, size),
         swiglu_workload(seq, model, hidden),
         cosine_workload(rows, rows, model),
+        whole_program_workload(
+            "correlation",
+            f"correlation matrix of the columns of x {samples // 4}x{2 * features}",
+            {"x": (samples // 4, 2 * features)},
+            correlation,
+            target=1.0,
+            flops=2.0 * samples // 4 * (2 * features) ** 2,
+        ),
         whole_program_workload(
             "logreg-grad",
             f"logistic-regression gradient, x {samples}x{features}",
