@@ -256,7 +256,7 @@ def test_settled_blocks_wait_out_a_wake_up_of_many_calls() -> None:
 
 
 NEW_WORKLOADS = [
-    *("attention-short", "attention-long", "layernorm-matmul", "gelu-matmul"),
+    *("attention-short", "attention-long", "layernorm-matmul", "gelu-matmul", "xtx"),
     *("mha", "mha-long", "causal", "block", "mlp2", "swiglu", "cosine", "logreg-grad", "kmeans"),
     *("distances", "cross-entropy", "correlation"),  # whole programs (eqsat.tools.whole_programs)
 ]

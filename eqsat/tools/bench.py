@@ -70,6 +70,7 @@ from eqsat.tools.workloads import (
     omp_threads,
     run_workload,
     softmax_workload,
+    xtx_workload,
 )
 
 
@@ -101,6 +102,7 @@ def workloads(quick: bool = False) -> list[Workload]:
         matmul_workload(size, size, size, target=0.8),
         mlp_workload(size // 2, size, size, target=0.9),
         gram_workload(size // 2, 2 * size, size // 2, target=0.8),
+        xtx_workload(2 * size, size // 2, target=0.8),
         attention_workload("attention", size, head, target=2.5),
         attention_workload("attention-short", size // 4, head // 2, target=2.0),
         attention_workload("attention-long", 2 * size, head, target=2.0),

@@ -35,6 +35,7 @@ from eqsat.tools.workloads import (
     mlp_workload,
     run_workload,
     softmax_workload,
+    xtx_workload,
 )
 
 
@@ -62,6 +63,8 @@ FAMILIES = (
     Family("mlp", PRODUCT, 2.0e9, lambda s: mlp_workload(*s, 0.7), 1.0, 0.7),
     # (m, k, n) of x.T @ y, x of (k, m): the matmul's targets
     Family("gram", PRODUCT, 2.0e9, lambda s: gram_workload(*s, 0.6), 0.9, 0.6),
+    # (k, n) of x.T @ x: the matmul's targets, against numpy's symmetric rank-k update
+    Family("xtx", ((8, 8192), (8, 2048)), 4.0e6, lambda s: xtx_workload(*s, 0.6), 0.9, 0.6),
     Family("softmax", ROWS, 1.6e7, lambda s: softmax_workload(*s, 1.5), 2.5, 1.5),
     Family("layernorm", ROWS, 1.6e7, lambda s: layernorm_workload(*s, 2.0), 3.5, 2.0),
     Family(

@@ -165,6 +165,20 @@ def gram_workload(m: int, k: int, n: int, target: float) -> Workload:
     )
 
 
+def xtx_workload(k: int, n: int, target: float) -> Workload:
+    """`x.T @ x` of x (k, n): a gram or covariance matrix, symmetric (numpy runs a symmetric
+    rank-k update, half the flops of a product)."""
+    return Workload(
+        "xtx",
+        f"x.T @ x, x {k}x{n}",
+        {"x": (k, n)},
+        lambda x: x.T @ x,
+        lambda x: x.T @ x,
+        target=target,
+        flops=2.0 * k * n * n,
+    )
+
+
 def mlp_workload(m: int, k: int, n: int, target: float) -> Workload:
     """A dense layer `relu(x @ W + b)`, x of (m, k), W of (k, n)."""
     relu = partial(np.maximum, 0)
