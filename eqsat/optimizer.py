@@ -13,8 +13,9 @@ import random
 import time
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from statistics import NormalDist
 
 import numpy as np
@@ -22,6 +23,7 @@ from egglog import EGraph
 
 from eqsat.backend_c.calibrate import calibrated_host
 from eqsat.core import dtypes, shapes
+from eqsat.core.affine import Affine
 from eqsat.core.interp import evaluate
 from eqsat.core.limits import Limits, SaturationReport
 from eqsat.core.measure import agreement
@@ -41,7 +43,7 @@ from eqsat.rewrites.algebra_facts import algebra_facts
 from eqsat.rewrites.contraction import contract_temporaries
 from eqsat.rewrites.flatten import flatten, is_flattenable
 from eqsat.rewrites.lowering import COPIED_TRANSPOSED_LEFT, collect_inputs, lowerings
-from eqsat.rewrites.masked_blocks import skip_masked_blocks
+from eqsat.rewrites.masked_blocks import skip_masked_blocks, top_masks, with_guards
 from eqsat.rewrites.packing import pack_panels
 from eqsat.rewrites.partition import joined, parts
 from eqsat.rewrites.row_blocks import fuse_row_blocks
@@ -518,11 +520,12 @@ def _schedule_lowerings(
     if small is not None:
         limits = replace(limits, nodes=small)
     pieces = [parts(canonical.body) for _, canonical in lowered]
+    masks = [top_masks(canonical.body) for _, canonical in lowered]
     results = parallel_map(
         _schedule_part,
         [
-            (piece, machine, dtype, limits, small is not None, progress)
-            for lowering_pieces in pieces
+            (piece, machine, dtype, limits, small is not None, progress, lowering_masks)
+            for lowering_pieces, lowering_masks in zip(pieces, masks, strict=True)
             for piece in lowering_pieces
         ],
         timeout=limits.seconds + limits.extraction_seconds,
@@ -585,13 +588,22 @@ class _Part:
 
 
 def _schedule_part(
-    piece: Term, machine: Machine, dtype: str, limits: Limits, small: bool, progress: Progress
+    piece: Term,
+    machine: Machine,
+    dtype: str,
+    limits: Limits,
+    small: bool,
+    progress: Progress,
+    masks: Mapping[str, Affine],
 ) -> _Part:
     """The cheapest nest of loop term `piece` found in its own kernel e-graph (`small`: a small
     kernel's, with its tiles, `tile_sizes`, and its bound on the e-graphs that keep several
-    candidates per e-class in extraction). It runs in a worker process as well
+    candidates per e-class in extraction), each candidate priced with the guards that skip the
+    blocks of the program's temporaries `masks` discards (`top_masks`: a mirrored symmetric
+    product is then tiled for its triangle). It runs in a worker process as well
     (`eqsat.core.workers`): it depends on its arguments alone."""
-    cost = LoopCost(machine, dtype)
+    guarded = partial(with_guards, masks=masks) if masks else None
+    cost = LoopCost(machine, dtype, guarded)
     tiles = tile_sizes(machine, dtype, small_kernel=small)
     egraph, report = schedule(piece, machine, dtype, limits, tiles, progress=progress.iteration)
     with owned_egraph(egraph):

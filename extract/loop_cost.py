@@ -34,7 +34,7 @@ overheads.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -222,9 +222,14 @@ class LoopCost:
     touching (`_Touched`). Accesses and sets of loop axes are numbered as they are met, so that
     the work per access is done on ints (hashing a Term runs Python)."""
 
-    def __init__(self, machine: Machine, dtype: str) -> None:
+    def __init__(
+        self, machine: Machine, dtype: str, guarded: Callable[[Term], Term] | None = None
+    ) -> None:
+        """`guarded`: a loop statement with the guards that skip blocks a mask discards
+        (`masked_blocks.with_guards`), priced in its place; None where nothing is masked."""
         self.machine = machine
         self.dtype = dtype
+        self._guarded = guarded
         self.item_bytes = 4 if dtype == "float32" else 8
         self.lanes = machine.lanes(dtype)
         self._statements: dict[Term, _Statement] = {}
@@ -279,6 +284,12 @@ class LoopCost:
                 estimate = self.combine(body.touched, [body.estimate], 1, first_touch=first_touch)
                 return _Statement.of(estimate, body.touched)
             case "Stmt.loop":
+                # guards pay where a parallel loop shares out what they leave (pricing them at
+                # every loop doubled extraction's time for as good a choice)
+                if self._guarded is not None and a[1].op in PARALLEL_KINDS:  # type: ignore[union-attr]
+                    guarded = self._guarded(statement)
+                    if guarded != statement:
+                        return self._statement(guarded)
                 return self.loop(statement)
             case "Stmt.guard":  # its body times the share of the work it lets run
                 body = self._statement(a[2])  # type: ignore[arg-type]

@@ -39,10 +39,11 @@ mask may hold.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 
 from eqsat.core.affine import Affine, index_affine
-from eqsat.core.loops import axis_extent, split_tile, statements_in
+from eqsat.core.loops import axis_extent, split_tile, statements_in, top_allocations
 from eqsat.core.term import Term, index_items
 
 EXACT_BELOW = 2**24  # integers a float32 holds exactly: a mask's comparison is exact below it
@@ -54,6 +55,27 @@ def skip_masked_blocks(body: Term) -> Term:
     """`body` with a guard on every loop of a masked temporary's producer that can skip work
     (module doc)."""
     return _Guarding().statement(body, ())
+
+
+def top_masks(body: Term) -> dict[str, Affine]:
+    """The masks of the temporaries allocated at the top of loop program body `body`, by name:
+    those `with_guards` can skip blocks of in any statement of the program."""
+    allocations, statement = top_allocations(body)
+    masks = {}
+    for name, _ in allocations:
+        mask = masking(name, statement, ())
+        if mask is not None:
+            masks[name] = mask
+    return masks
+
+
+def with_guards(statement: Term, masks: Mapping[str, Affine]) -> Term:
+    """`statement`, a statement of a program outside every loop whose top-level temporaries
+    are masked by `masks` (`top_masks`), with the guards `skip_masked_blocks` gives its loops.
+    The cost model prices extracted nests so (`LoopCost`'s `guarded`)."""
+    for buffer, mask in masks.items():
+        statement = _guarded(statement, buffer, mask, (), ())
+    return statement
 
 
 class _Guarding:
@@ -243,11 +265,15 @@ def _guarded(
         return Term(s.op, tuple(_guarded(x, buffer, mask, around, inside) for x in s.args))  # type: ignore
     if s.op == "Stmt.alloc":
         name, shape, body = s.args
+        if name == buffer:
+            return s  # another buffer of that name, which `mask` does not describe
         return Term(s.op, (name, shape, _guarded(body, buffer, mask, around, inside)))  # type: ignore
     if s.op != "Stmt.loop" or s.args[1].op not in GUARD_KINDS:  # type: ignore[union-attr]
         return s
     axis, kind, body = s.args
     assert isinstance(axis, Term) and isinstance(body, Term)
+    if body.op == "Stmt.guard":
+        return s  # guarded already (`with_guards` of a nest with guards)
     guard = _guard(body, buffer, mask, (*around, *inside, axis)) if _shaped_freely(body) else None
     if guard is not None:
         return Term(s.op, (axis, kind, Term("Stmt.guard", (*guard, body))))
@@ -268,6 +294,7 @@ def _shaped_freely(body: Term) -> bool:
     return kind.op in ("LoopKind.serial", "LoopKind.parallel") and not leaf
 
 
+@functools.lru_cache(maxsize=1 << 14)  # extraction prices a body under many candidate loops
 def _guard(
     body: Term, buffer: str, mask: Affine, fixed: tuple[Term, ...]
 ) -> tuple[Term, int] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ class Affine:
 
     @staticmethod
     def of(coefficients: Mapping[object, int], constant: int = 0) -> Affine:
-        kept = sorted(((k, c) for k, c in coefficients.items() if c), key=lambda kc: str(kc[0]))
+        kept = sorted(((k, c) for k, c in coefficients.items() if c), key=lambda kc: _order(kc[0]))
         return Affine(tuple(kept), constant)
 
     def plus(self, other: Affine, factor: int = 1) -> Affine:
@@ -43,6 +44,13 @@ class Affine:
             value = values.get(key, Affine.of({key: 1}))
             result = result.plus(value, coefficient)
         return result
+
+
+@functools.lru_cache(maxsize=4096)
+def _order(key: object) -> str:
+    """A key's place in `Affine.coefficients`: its text, the same in every process (a Term's
+    text is built recursively: cached, the cost model sorts keys on every guard it prices)."""
+    return str(key)
 
 
 def index_affine(index: Term) -> Affine | None:
