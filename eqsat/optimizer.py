@@ -486,7 +486,7 @@ class _Scheduled:
 def _ranked_cycles(scheduled: _Scheduled) -> float:
     """The predicted cycles the scheduled forms and lowerings compete on: a copying lowering's
     times COPIED_LOWERING_PREFERENCE."""
-    copied = COPIED_TRANSPOSED_LEFT in scheduled.lowering_note
+    copied = scheduled.lowering_note == COPIED_TRANSPOSED_LEFT
     preference = COPIED_LOWERING_PREFERENCE if copied else 1.0
     return scheduled.estimate.cycles * preference
 

@@ -34,15 +34,15 @@ Rules of the translation:
   geometric mean, worst 0.83x, against 1.11x and 0.64x always in place and 1.16x for the
   faster of the two each time (docs/MEASUREMENTS.md).
 - A symmetric product (`x.T @ x`, `x @ x.T`, batched with the last two dimensions swapped:
-  elements (i, j) and (j, i) are the same products summed in the same order) is also lowered
-  into a buffer that consumers read as `where(i <= j, t[i, j], t[j, i])`, by the mirroring
-  lowerings `lowerings` offers (with and without the copy above). Every read then falls on or
-  above the diagonal, so the blocks of the product below it are skipped
-  (`eqsat.rewrites.masked_blocks`), and the result is exactly symmetric, as numpy's (a
-  symmetric rank-k update) is. The model prices the skipped blocks by the busiest thread's share
-  (`eqsat.core.affine.guard_fraction`): with two row blocks on two threads, the first runs all
-  its columns and mirroring saves nothing. Mirrored, x.T @ x ran 1.15-1.6x faster at 2000x300,
-  4096x128, 10000x64 and x @ x.T 1.5x at 1000x1000 (docs/MEASUREMENTS.md).
+  elements (i, j) and (j, i) are the same products summed in the same order) whose contraction
+  is MIRROR_MIN_DEPTH or longer is computed into a buffer that consumers read as
+  `where(i <= j, t[i, j], t[j, i])`. Every read then falls on or above the diagonal, so the
+  blocks of the product below it are skipped (`eqsat.rewrites.masked_blocks`; extraction
+  prices the guards, so the product gets row blocks that share its triangle out), and the
+  result is exactly symmetric, as numpy's (a symmetric rank-k update) is. The mirror is a pass
+  over the output, which a short contraction does not repay: mirrored, x.T @ x ran 0.5-0.7x as
+  fast at contractions of 64-96, 1.1x at 121, as fast at 128 and 1.4-1.7x faster from 150 on
+  (docs/MEASUREMENTS.md).
 - An operand of a matmul whose elements evaluate arithmetic in place (`layernorm(x) @ W`,
   `relu(h) @ W2`, `x @ (W * s)`; not a view of an input or a buffer) gets a buffer when the
   product reuses each element at least PACK_MIN_ROWS times: inlined, the product would
@@ -65,6 +65,7 @@ EXPENSIVE_UNARY = frozenset(
 )
 CONTRACTION = "k"  # the name of a matmul's contraction axis (a depth tile splits only it)
 PACK_MIN_ROWS = 8  # rows of the left operand that reuse each copied element of the right one
+MIRROR_MIN_DEPTH = 128  # the shortest contraction of a symmetric product computed mirrored
 
 
 def axis(name: str, extent: int) -> Term:
@@ -134,10 +135,8 @@ class _Lowering:
         roots: Sequence[Term],
         inputs: Sequence[tuple[str, tuple[int, ...]]],
         copy_transposed_left: bool,
-        mirror_symmetric: bool,
     ):
         self.copy_transposed_left = copy_transposed_left
-        self.mirror_symmetric = mirror_symmetric
         self.mirrored: set[str] = set()  # buffers of symmetric products read as mirrored
         self.buffer_of_input = {name: f"in{i}" for i, (name, _) in enumerate(inputs)}
         self.uses = _count_uses(roots)
@@ -186,9 +185,13 @@ class _Lowering:
         return Term("Scalar.where", (on_or_above, load(buffer, idx), load(buffer, [*batch, j, i])))
 
     def mirrors(self, t: Term) -> bool:
-        """Whether `t` is a symmetric product this lowering computes on and above the diagonal
-        only (module doc)."""
-        return self.mirror_symmetric and _is_symmetric_product(t)
+        """Whether `t` is a symmetric product computed on and above the diagonal only: one
+        whose contraction is MIRROR_MIN_DEPTH or longer (module doc)."""
+        if not _is_symmetric_product(t):
+            return False
+        left = t.args[0]
+        assert isinstance(left, Term)
+        return self.shape(left)[-1] >= MIRROR_MIN_DEPTH
 
     def compute_at(self, t: Term, idx: Sequence[Term]) -> Term:
         """Element `idx` of an elementwise or layout op, computed from its operands."""
@@ -534,37 +537,28 @@ def _count_uses(roots: Sequence[Term]) -> Counter[Term]:
     return uses
 
 
-# The notes of the lowerings that copy reused transposed left operands and that mirror
-# symmetric products (`lowerings`); a lowering that does both has both, joined by ", ".
+# The note of the lowering that copies reused transposed left operands (`lowerings`).
 COPIED_TRANSPOSED_LEFT = "transposed left operands copied"
-MIRRORED_SYMMETRIC = "symmetric products mirrored"
 
 
 def lowerings(roots: Sequence[Term], written: Sequence[Term]) -> list[tuple[str, LoopProgram]]:
     """The loop programs of `roots` that stage 2 schedules, each with a note of how it differs
-    from the first (the canonical `lower`, whose note is empty): also those that copy each
-    reused transposed left operand of a matmul and that mirror each symmetric product (module
-    doc), where there is one, and both together; distinct programs only."""
-    found: dict[LoopProgram, str] = {}
-    for copy_transposed_left in (False, True):
-        for mirror_symmetric in (False, True):
-            program = lower(roots, written, copy_transposed_left, mirror_symmetric)
-            applied = [COPIED_TRANSPOSED_LEFT] * copy_transposed_left + [
-                MIRRORED_SYMMETRIC
-            ] * mirror_symmetric
-            found.setdefault(program, ", ".join(applied))
-    return [(note, program) for program, note in found.items()]
+    from the first (the canonical `lower`, whose note is empty): also the one that copies each
+    reused transposed left operand of a matmul (module doc), where there is one."""
+    canonical = lower(roots, written)
+    copied = lower(roots, written, copy_transposed_left=True)
+    if copied == canonical:
+        return [("", canonical)]
+    return [("", canonical), (COPIED_TRANSPOSED_LEFT, copied)]
 
 
 def lower(
     roots: Sequence[Term],
     written: Sequence[Term] | None = None,
     copy_transposed_left: bool = False,
-    mirror_symmetric: bool = False,
 ) -> LoopProgram:
     """Canonical loop program computing every root (`copy_transposed_left`: with the reused
-    transposed left operands of matmuls copied; `mirror_symmetric`: with symmetric products
-    computed on and above the diagonal only; module doc).
+    transposed left operands of matmuls copied, module doc).
 
     Its inputs and dtype are those of `written` (default: the roots), in first-visit order: a
     program rewritten by algebra keeps the signature the user wrote, even where an input
@@ -576,7 +570,7 @@ def lower(
     if len(dtypes) > 1:
         raise DTypeError(f"one kernel cannot mix dtypes {sorted(dtypes)}")
     signature = [(name, shape) for name, shape, _ in inputs]
-    lowering = _Lowering(roots, signature, copy_transposed_left, mirror_symmetric)
+    lowering = _Lowering(roots, signature, copy_transposed_left)
     for k, root in enumerate(roots):
         lowering.materialize(root, f"out{k}")
     body = seq(lowering.statements)
