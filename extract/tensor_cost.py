@@ -2,7 +2,8 @@
 
 Stage 1 chooses among algebraic forms before any loop exists, so it counts work, not time:
 
-- flops: a matmul (..., m, k) @ (..., k, n) costs 2·m·k·n per batch element; an elementwise op
+- flops: a matmul (..., m, k) @ (..., k, n) costs 2·m·k·n per batch element, a symmetric one
+  computed mirrored (`eqsat.core.symmetry`) half that and a pass over its result; an elementwise op
   one flop per result element, a math function or a division as many as the cycles the stage-2
   model charges it (`eqsat.extract.loop_cost`); a reduction one per input element; layout ops
   (transpose, broadcast, reshape) none.
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 
 from eqsat.core import shapes
 from eqsat.core.shapes import Shape
+from eqsat.core.symmetry import computed_mirrored
 from eqsat.core.term import Arg, Term, subterms
 from eqsat.extract.loop_cost import BINARY_CYCLES, UNARY_CYCLES
 from eqsat.extract.machine import Machine
@@ -63,7 +65,10 @@ class TensorCost:
         size = math.prod(self.shape(Term(op, tuple(children))))
         moved = self.bytes_per_element * (size + sum(math.prod(s) for s in operands))
         if op == "TExpr.matmul":
-            return 2.0 * size * operands[0][-1], moved
+            depth = operands[0][-1]
+            if computed_mirrored(Term(op, tuple(children)), depth):
+                return size * depth + size, moved  # half the products, and the mirror's pass
+            return 2.0 * size * depth, moved
         if op == "TExpr.reduce":
             return float(math.prod(operands[0])), moved
         if op in LAYOUT_OPS:

@@ -35,14 +35,15 @@ Rules of the translation:
   faster of the two each time (docs/MEASUREMENTS.md).
 - A symmetric product (`x.T @ x`, `x @ x.T`, batched with the last two dimensions swapped:
   elements (i, j) and (j, i) are the same products summed in the same order) whose contraction
-  is MIRROR_MIN_DEPTH or longer is computed into a buffer that consumers read as
-  `where(i <= j, t[i, j], t[j, i])`. Every read then falls on or above the diagonal, so the
-  blocks of the product below it are skipped (`eqsat.rewrites.masked_blocks`; extraction
+  is `eqsat.core.symmetry.MIRROR_MIN_DEPTH` or longer is computed into a buffer that consumers
+  read as `where(i <= j, t[i, j], t[j, i])`. Every read then falls on or above the diagonal, so
+  the blocks of the product below it are skipped (`eqsat.rewrites.masked_blocks`; extraction
   prices the guards, so the product gets row blocks that share its triangle out), and the
   result is exactly symmetric, as numpy's (a symmetric rank-k update) is. The mirror is a pass
   over the output, which a short contraction does not repay: mirrored, x.T @ x ran 0.5-0.7x as
   fast at contractions of 64-96, 1.1x at 121, as fast at 128 and 1.4-1.7x faster from 150 on
-  (docs/MEASUREMENTS.md).
+  (docs/MEASUREMENTS.md). Stage 1 prices such a product so (`eqsat.extract.tensor_cost`):
+  `2 * (a @ a.T)` then wins over `(2 * a) @ a.T` in a distance matrix.
 - An operand of a matmul whose elements evaluate arithmetic in place (`layernorm(x) @ W`,
   `relu(h) @ W2`, `x @ (W * s)`; not a view of an input or a buffer) gets a buffer when the
   product reuses each element at least PACK_MIN_ROWS times: inlined, the product would
@@ -57,6 +58,7 @@ from collections.abc import Sequence
 
 from eqsat.core import shapes
 from eqsat.core.errors import DTypeError, ShapeError
+from eqsat.core.symmetry import computed_mirrored
 from eqsat.core.term import REDUCE_IDENTITY, LoopProgram, Term, index_list
 from eqsat.rewrites.flatten import ELEMENTWISE_OPS
 
@@ -65,7 +67,6 @@ EXPENSIVE_UNARY = frozenset(
 )
 CONTRACTION = "k"  # the name of a matmul's contraction axis (a depth tile splits only it)
 PACK_MIN_ROWS = 8  # rows of the left operand that reuse each copied element of the right one
-MIRROR_MIN_DEPTH = 128  # the shortest contraction of a symmetric product computed mirrored
 
 
 def axis(name: str, extent: int) -> Term:
@@ -185,13 +186,10 @@ class _Lowering:
         return Term("Scalar.where", (on_or_above, load(buffer, idx), load(buffer, [*batch, j, i])))
 
     def mirrors(self, t: Term) -> bool:
-        """Whether `t` is a symmetric product computed on and above the diagonal only: one
-        whose contraction is MIRROR_MIN_DEPTH or longer (module doc)."""
-        if not _is_symmetric_product(t):
-            return False
-        left = t.args[0]
-        assert isinstance(left, Term)
-        return self.shape(left)[-1] >= MIRROR_MIN_DEPTH
+        """Whether `t` is a symmetric product computed on and above the diagonal only (module
+        doc, `eqsat.core.symmetry`)."""
+        left = t.args[0] if t.op == "TExpr.matmul" else None
+        return isinstance(left, Term) and computed_mirrored(t, self.shape(left)[-1])
 
     def compute_at(self, t: Term, idx: Sequence[Term]) -> Term:
         """Element `idx` of an elementwise or layout op, computed from its operands."""
@@ -497,25 +495,6 @@ def _moves_last_dimension(t: Term) -> bool:
     permutation = t.args[1]
     assert isinstance(permutation, tuple)
     return permutation[-1] != len(permutation) - 1
-
-
-def _is_symmetric_product(t: Term) -> bool:
-    """Whether `t` is `x.T @ x` or `x @ x.T` (batched: the transpose swaps the last two
-    dimensions), whose every matrix is symmetric: element (i, j) and (j, i) are the same
-    products summed in the same order."""
-    if t.op != "TExpr.matmul":
-        return False
-    a, b = t.args
-    assert isinstance(a, Term) and isinstance(b, Term)
-    for transposed, plain in ((a, b), (b, a)):
-        if transposed.op == "TExpr.transpose" and transposed.args[0] == plain:
-            permutation = transposed.args[1]
-            assert isinstance(permutation, tuple)
-            rank = len(permutation)
-            swapped = (*range(rank - 2), rank - 1, rank - 2)
-            if rank >= 2 and tuple(permutation) == swapped:
-                return True
-    return False
 
 
 def _count_uses(roots: Sequence[Term]) -> Counter[Term]:

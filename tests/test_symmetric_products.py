@@ -17,9 +17,11 @@ import eqsat
 from eqsat.core.affine import guard_fraction
 from eqsat.core.interp import run
 from eqsat.core.loops import allocated, top_allocations, top_statements
+from eqsat.core.symmetry import MIRROR_MIN_DEPTH
 from eqsat.core.term import subterms
 from eqsat.core.terms import Term, to_term
-from eqsat.rewrites.lowering import MIRROR_MIN_DEPTH, lowerings, seq
+from eqsat.extract.tensor_cost import TensorCost
+from eqsat.rewrites.lowering import lowerings, seq
 from eqsat.rewrites.masked_blocks import masking, skip_masked_blocks, top_masks, with_guards
 from tests.isas import RUN_ISAS, skip_unless_runs
 from tests.machines import AVX2_EPYC
@@ -201,3 +203,32 @@ def test_guards_priced_in_extraction_are_those_the_pass_places() -> None:
     assert guarded != statements
     assert [with_guards(s, masks) for s in guarded] == guarded
     assert skip_masked_blocks(optimized.scheduled) == allocated(allocations, seq(guarded))
+
+
+def test_stage_one_prices_a_mirrored_product_at_half_its_flops() -> None:
+    """`TensorCost` counts x.T @ x (contraction MIRROR_MIN_DEPTH) as half its products and a
+    pass over its result, x.T @ y as all of them; a shorter contraction is not mirrored."""
+    cost = TensorCost()
+    for depth, mirror in ((MIRROR_MIN_DEPTH, True), (MIRROR_MIN_DEPTH - 1, False)):
+        x, y = (to_term(eqsat.tensor(name, (depth, 30)).expr) for name in "xy")
+        transposed = Term("TExpr.transpose", (x, (1, 0)))
+        full, _ = cost.work("TExpr.matmul", (transposed, y))
+        symmetric_flops, _ = cost.work("TExpr.matmul", (transposed, x))
+        assert full == 2.0 * 30 * 30 * depth
+        assert symmetric_flops == (30 * 30 * depth + 30 * 30 if mirror else full)
+
+
+def test_a_distance_matrix_keeps_its_symmetric_product_whole() -> None:
+    """The rows' distances to each other, `|a|² - 2 a @ a.T + |a|²ᵀ`: stage 1 scales the product
+    (`2 * (a @ a.T)`, mirrored) rather than its left operand (`(2 * a) @ a.T`, a product that
+    is not symmetric), and the kernel agrees with numpy."""
+    a = eqsat.tensor("a", (300, 200))
+    squares = (a * a).sum(axis=1, keepdims=True)
+    distances = squares - 2 * a @ a.T + squares.T
+    optimized = eqsat.optimize(distances, machine=AVX2_EPYC, progress=False)
+    assert mirrored(optimized.canonical), optimized.report()
+    value = np.random.default_rng(5).standard_normal((300, 200), dtype=np.float32)
+    squared = (value * value).sum(axis=1, keepdims=True)
+    want = squared - 2 * value.astype(np.float64) @ value.T + squared.T
+    got = eqsat.compile(distances, machine=AVX2_EPYC, progress=False)(a=value)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3 * np.abs(want).max())
