@@ -285,7 +285,8 @@ def whole_programs(quick: bool = False) -> list[Workload]:
             {"x": (samples // 4, 2 * features)},
             correlation,
             target=1.0,
-            flops=2.0 * samples // 4 * (2 * features) ** 2,
+            # the product as a symmetric rank-k update: one triangle and the diagonal
+            flops=1.0 * samples // 4 * (2 * features) * (2 * features + 1),
         ),
         whole_program_workload(
             "logreg-grad",

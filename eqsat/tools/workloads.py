@@ -175,7 +175,7 @@ def xtx_workload(k: int, n: int, target: float) -> Workload:
         lambda x: x.T @ x,
         lambda x: x.T @ x,
         target=target,
-        flops=2.0 * k * n * n,
+        flops=1.0 * k * n * (n + 1),  # a symmetric rank-k update's: one triangle and diagonal
     )
 
 
