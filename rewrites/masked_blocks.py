@@ -14,11 +14,11 @@ such a block loop in a `Stmt.guard`, which runs an iteration only if the mask ma
 element it writes.
 
 This is a pass after extraction, like `eqsat.rewrites.packing`: the guard's bound depends on the
-block's loops, which only the extracted nest has. Extraction prices nests without guards (an
-upper bound); the optimizer compares the scheduled forms and lowerings with them, each guard
-priced by the share of work it lets its busiest thread run (`eqsat.core.affine.guard_fraction`).
-It is sound whatever the values, NaN and ±inf included, because a skipped element is never
-read. A temporary B is masked by M when
+block's loops, which only the extracted nest has. The cost model prices a guard by the share
+of work it lets its busiest thread run (`eqsat.core.affine.guard_fraction`): extraction prices
+each parallel loop with the guards `with_guards` gives it, and the optimizer compares the
+scheduled forms and lowerings with theirs. It is sound whatever the values, NaN and ±inf
+included, because a skipped element is never read. A temporary B is masked by M when
 1. every load of B is under a `where` whose condition is M or its negation, and the load stands
    in the branch M selects (loads of B elsewhere, in a condition say, make B unmasked);
 2. M is an affine comparison of indices (`float(j) - float(i) <= 0`), integral, and exact in

@@ -19,8 +19,8 @@ GUARD_COUNT_LIMIT = 1 << 20
 
 @dataclass(frozen=True)
 class Affine:
-    """sum(coefficient * value of key) + constant, integral; a key is an axis term or
-    (ELEMENT, d)."""
+    """sum(coefficient * value of key) + constant, integral; a key is an axis term or a masked
+    buffer's element coordinate (`eqsat.rewrites.masked_blocks.ELEMENT`, d)."""
 
     coefficients: tuple[tuple[object, int], ...]  # sorted by str(key), no zero coefficient
     constant: int = 0
