@@ -50,7 +50,16 @@ from eqsat.core.errors import EqsatError, ShapeError
 from eqsat.core.interp import evaluate
 from eqsat.core.measure import agreement
 from eqsat.core.pretty import format_tensor
-from eqsat.core.terms import BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, TExpr, to_egglog, to_term
+from eqsat.core.terms import (
+    BINARY_OPS,
+    REDUCE_OPS,
+    UNARY_OPS,
+    Term,
+    TExpr,
+    owned_egraph,
+    to_egglog,
+    to_term,
+)
 from eqsat.rewrites.algebra_facts import algebra_facts
 from eqsat.rewrites.lowering import collect_inputs
 from eqsat.rewrites.rule import Identity
@@ -357,7 +366,12 @@ def _fire(identity: Identity, lefts: list[Term]) -> list[Fired]:
 
     Both sides are read back from the e-graph (egglog-python's check of an equality between
     expression objects rebuilt from terms proved unreliable across e-graphs)."""
-    egraph = EGraph()
+    with owned_egraph(EGraph()) as egraph:  # never left to another thread's cycle collector
+        return _fire_in(egraph, identity, lefts)
+
+
+def _fire_in(egraph: EGraph, identity: Identity, lefts: list[Term]) -> list[Fired]:
+    """`_fire` in the empty e-graph `egraph`."""
     egraph.register(*(to_egglog(left) for left in lefts))
     probe = ruleset(identity.egglog_rule(probe=rhs_of), name=f"probe-{identity.name}")
     egraph.run(algebra_facts.saturate() + probe)

@@ -18,7 +18,17 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from eqsat.core.interp import run
-from eqsat.core.terms import Axis, Stmt, Term, TExpr, index_list, subterms, to_egglog, to_term
+from eqsat.core.terms import (
+    Axis,
+    Stmt,
+    Term,
+    TExpr,
+    index_list,
+    owned_egraph,
+    subterms,
+    to_egglog,
+    to_term,
+)
 from eqsat.extract.extractor import SerializedGraph
 from eqsat.extract.machine import host
 from eqsat.rewrites.analysis import (
@@ -62,7 +72,14 @@ PREREQUISITES = {"split-tile-4-2": split_identity(4), "parallelize-sum": INTERCH
 def saturate_with(identity: Identity, body: Term, rounds: int = 4) -> tuple[SerializedGraph, int]:
     """E-graph of `body` after `rounds` of (analyses; `identity` and its prerequisite), and how
     often `identity` matched."""
-    egraph = EGraph()
+    with owned_egraph(EGraph()) as egraph:  # never left to another thread's cycle collector
+        return _saturated_with(egraph, identity, body, rounds)
+
+
+def _saturated_with(
+    egraph: EGraph, identity: Identity, body: Term, rounds: int
+) -> tuple[SerializedGraph, int]:
+    """`saturate_with` in the empty e-graph `egraph`."""
     mark_program(egraph, egraph.let("kernel", to_egglog(body)))
     facts = unstable_combine_rulesets(analysis, fusion_candidates(), name="facts")
     prerequisite = PREREQUISITES.get(identity.name)
