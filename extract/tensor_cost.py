@@ -62,11 +62,12 @@ class TensorCost:
         if op in ("TExpr.input", "TExpr.const"):
             return 0.0, 0.0
         operands = [self.shape(c) for c in children if isinstance(c, Term)]
-        size = math.prod(self.shape(Term(op, tuple(children))))
+        term = Term(op, tuple(children))
+        size = math.prod(self.shape(term))
         moved = self.bytes_per_element * (size + sum(math.prod(s) for s in operands))
         if op == "TExpr.matmul":
             depth = operands[0][-1]
-            if computed_mirrored(Term(op, tuple(children)), depth):
+            if computed_mirrored(term, depth):
                 return size * depth + size, moved  # half the products, and the mirror's pass
             return 2.0 * size * depth, moved
         if op == "TExpr.reduce":

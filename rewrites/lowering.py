@@ -238,7 +238,8 @@ class _Lowering:
     def materialize(self, t: Term, buffer: str | None = None) -> str:
         """Emit the nests computing `t` into `buffer` (a new temporary when None)."""
         out_shape = self.shape(t)
-        if buffer is not None and t not in self.buffer_of and self.mirrors(t):
+        mirrored = t not in self.buffer_of and self.mirrors(t)
+        if buffer is not None and mirrored:
             self.materialize(t)  # the triangle, then the output's copy mirrors it
         if buffer is None:
             buffer = f"t{len(self.temporaries)}"
@@ -257,7 +258,7 @@ class _Lowering:
             self.statements.append(nest(out_axes, Term("Stmt.store", (buffer, target, init))))
             accumulate = Term("Stmt.accumulate", (buffer, target, op, value))
             self.statements.append(nest([*out_axes, reduction_axis], accumulate))
-            if self.mirrors(t):
+            if mirrored:
                 self.mirrored.add(buffer)
         elif t.op == "TExpr.concat":
             self.concatenate(t, buffer)
