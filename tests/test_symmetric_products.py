@@ -23,7 +23,7 @@ from eqsat.core.terms import Term, to_term
 from eqsat.extract.tensor_cost import TensorCost
 from eqsat.rewrites.lowering import lowerings, seq
 from eqsat.rewrites.masked_blocks import masking, skip_masked_blocks, top_masks, with_guards
-from tests.isas import RUN_ISAS, skip_unless_runs
+from tests.isas import ISAS, RUN_ISAS, skip_unless_runs
 from tests.machines import AVX2_EPYC
 from tests.programs import compiled
 from tests.test_loops import named, outer
@@ -159,7 +159,7 @@ def test_a_guard_is_priced_by_its_busiest_threads_share(
     assert guard_fraction(index, limit, threads) == pytest.approx(fraction)
 
 
-@pytest.mark.parametrize("isa", RUN_ISAS)
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("shape", [(2000, 300), (2048, 512)])
 def test_a_mirrored_gram_matrix_shares_its_triangle_out_and_agrees_with_numpy(
     shape: tuple[int, int], isa: str
