@@ -25,7 +25,7 @@ from eqsat.backend_c.kernel import Kernel, TensorSpec, kernel_entry
 from eqsat.core.errors import ArgumentError
 from eqsat.core.limits import Limits
 from eqsat.core.progress import Progress
-from eqsat.core.term import LoopProgram
+from eqsat.core.term import LoopProgram, dag_text
 from eqsat.core.workers import prestart
 from eqsat.extract.machine import Machine, cpu_model, runs_on_host
 from eqsat.frontend import Tensor, output_tensors
@@ -127,7 +127,7 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
         return optimized_kernel()[0]
     key = compile_cache.entry_key(
         [
-            [str(t.expr) for t in tensors],  # the written terms (`eqsat.core.term.Term`)
+            dag_text([t.expr for t in tensors]),  # the written terms, each subterm once
             [t.dtype for t in tensors],
             returns_tuple,
             asdict(limits),

@@ -27,7 +27,7 @@ from eqsat.core.affine import Affine
 from eqsat.core.interp import evaluate
 from eqsat.core.limits import Limits, SaturationReport
 from eqsat.core.measure import agreement
-from eqsat.core.pretty import format_loops, format_tensor
+from eqsat.core.pretty import format_loops, format_tensors
 from eqsat.core.progress import Progress
 from eqsat.core.saturate import saturate
 from eqsat.core.terms import EGGLOG_LOCK, Arg, LoopProgram, Term, owned_egraph, to_egglog, to_term
@@ -214,7 +214,7 @@ class Optimized:
 
     @property
     def expr(self) -> str:
-        return "; ".join(format_tensor(t) for t in self.chosen)
+        return format_tensors(self.chosen)
 
     def __repr__(self) -> str:
         """One line: the signature, the chosen expression and the prediction (`report()` has
@@ -247,7 +247,7 @@ class Optimized:
             f"{self.machine.cores} cores)",
             *self._flattening(),
             *self._conversions(),
-            "written: " + "; ".join(format_tensor(t) for t in self.original),
+            "written: " + format_tensors(self.original),
             "chosen:  " + self.expr,
             self._numerics(),
             *(stage.summary() for stage in self.stages),
@@ -479,7 +479,7 @@ class _Scheduled:
     @property
     def described(self) -> str:
         """The form as the report lists it, with its lowering's note."""
-        form = "; ".join(format_tensor(t) for t in self.form)
+        form = format_tensors(self.form)
         return f"{form} ({self.lowering_note})" if self.lowering_note else form
 
 

@@ -42,7 +42,8 @@ from typing import Any, NamedTuple, overload
 
 from egglog import EGraph
 
-from eqsat.core.terms import CONSTRUCTORS, Arg, Term, subterms
+from eqsat.core.term import post_order
+from eqsat.core.terms import CONSTRUCTORS, Arg, Term
 
 NodeCost = Callable[[str, Sequence[Arg], Sequence[float]], float]
 
@@ -169,7 +170,7 @@ class SerializedGraph:
         """
         with _collector_paused():
             index = self._index(root)
-            run = _Worklist(index, node_cost, n, subterms(written))
+            run = _Worklist(index, node_cost, n, _WrittenKeys(written))
             complete = run.settle(deadline)
             position = index.position[root]
             ranked = run.best[position]
@@ -303,11 +304,57 @@ def _canonical_order(classes: dict[str, list[_Node]]) -> tuple[list[str], dict[s
     return ids, ordered
 
 
+NOT_WRITTEN = object()  # the key of a term that is not among the written ones
+
+
+@dataclass(frozen=True)
+class _WrittenNumber:
+    """A written subterm's number in `_WrittenKeys`, as an argument of a written term's key."""
+
+    number: int
+
+
+class _WrittenKeys:
+    """The terms `extract_top` is given as written, and their subterms, each keyed by its op and
+    arguments with each Term argument replaced by its number here (a tuple argument by the keys of
+    its items): a candidate built of written children is then found by its op and its children's
+    keys, without comparing it with a written term node by node, which walks every path of a DAG
+    (a model's layer reads its input several times: exponentially many in its depth)."""
+
+    def __init__(self, written: Iterable[Term]) -> None:
+        self.numbers: dict[tuple[Any, ...], int] = {}
+        self.tuples: set[tuple[Any, ...]] = set()
+        of_term: dict[Term, _WrittenNumber] = {}
+
+        def arg_key(arg: Arg) -> Any:
+            if isinstance(arg, Term):
+                return of_term[arg]
+            if isinstance(arg, tuple):
+                self.tuples.add(items := tuple(map(arg_key, arg)))
+                return items
+            return arg
+
+        for term in post_order(written):
+            key = (term.op, *map(arg_key, term.args))
+            of_term[term] = _WrittenNumber(self.numbers.setdefault(key, len(self.numbers)))
+
+    def key(self, op: str, children: Sequence[Any]) -> Any:
+        """The key of a term of `op` whose arguments have the keys `children` ("Vec": a tuple of
+        them), or NOT_WRITTEN if it is not a written term."""
+        if any(child is NOT_WRITTEN for child in children):
+            return NOT_WRITTEN
+        if op == "Vec":
+            items = tuple(children)
+            return items if items in self.tuples else NOT_WRITTEN
+        number = self.numbers.get((op, *children))
+        return NOT_WRITTEN if number is None else _WrittenNumber(number)
+
+
 class _Worklist:
     """One extraction's state: the best candidates per e-class so far (None: not visited yet;
     [] after a visit that found none)."""
 
-    def __init__(self, index: _Index, node_cost: NodeCost, n: int, written: set[Arg]) -> None:
+    def __init__(self, index: _Index, node_cost: NodeCost, n: int, written: _WrittenKeys) -> None:
         self.index = index
         self.nodes, self.children = index.nodes, index.children
         self.node_cost = node_cost
@@ -320,6 +367,8 @@ class _Worklist:
         self.serial = 0  # candidates made so far
         self.written = written
         self.orders: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # `order`'s
+        # by the id of an order: its term's key among the written terms (`_WrittenKeys`)
+        self.written_keys: dict[int, Any] = {}
         # Per node: `serial` when its e-class last priced it (-1: never). A combination of its
         # children's candidates all made before then was priced then.
         self.priced_at = [-1] * len(index.nodes)
@@ -430,11 +479,15 @@ class _Worklist:
         key = (op, *map(id, parts))
         order = self.orders.get(key)
         if order is None:
-            if isinstance(term, _Unbuilt) and self.written:
-                term = Term(*term)  # (to look it up among the written terms)
-            rewritten = 0 if op == "literal" or term in self.written else 1
+            if op == "literal":
+                written_key = term
+            else:
+                children = [self.written_keys[id(part)] for part in parts]
+                written_key = self.written.key(op, children)
+            rewritten = 0 if op == "literal" or written_key is not NOT_WRITTEN else 1
             size = 1 + sum(part[1] for part in parts if isinstance(part, tuple))
             order = self.orders[key] = (rewritten, size, op, *parts)
+            self.written_keys[id(order)] = written_key
         return order
 
     def candidate(self, cost: float, order: tuple[Any, ...], term: Arg | _Unbuilt) -> _Candidate:

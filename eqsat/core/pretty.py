@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from eqsat.core.loops import axis_extent
-from eqsat.core.term import Term, index_items
+from eqsat.core.term import Term, child_terms, index_items, post_order
 
 _INFIX = {
     "add": "+",
@@ -21,10 +22,38 @@ _INFIX = {
 }
 
 
+# A subterm used more than once whose text is longer than this is written once and named.
+SHARED_TEXT_MIN_CHARS = 40
+
+
 def format_tensor(t: Term) -> str:
-    """`relu(x @ W + b)`-style text of a tensor term."""
+    """`relu(x @ W + b)`-style text of a tensor term (`format_tensors`)."""
+    return format_tensors([t])
+
+
+def format_tensors(terms: Sequence[Term]) -> str:
+    """`relu(x @ W + b)`-style text of tensor terms, separated by "; ". A subterm used more than
+    once whose text is longer than SHARED_TEXT_MIN_CHARS comes first, as `%1 = ...; `, and is
+    `%1` where it is used: the text grows with the number of distinct subterms, where written
+    out at every use it would grow exponentially with a model's stacked layers."""
+    order = post_order(terms)
+    uses = Counter(child for term in order for child in child_terms(term.args))
+    uses.update(terms)
+    shown: dict[Term, str] = {}  # a subterm's text, or its name
+    definitions = []
+    for term in order:
+        text = _format_node(term, [shown[a] if isinstance(a, Term) else str(a) for a in term.args])
+        if uses[term] > 1 and len(text) > SHARED_TEXT_MIN_CHARS:
+            name = f"%{len(definitions) + 1}"
+            definitions.append(f"{name} = {text}")
+            text = name
+        shown[term] = text
+    return "; ".join([*definitions, *(shown[t] for t in terms)])
+
+
+def _format_node(t: Term, sub: Sequence[str]) -> str:
+    """The text of tensor term `t` whose arguments read `sub`."""
     a = t.args
-    sub = [format_tensor(x) if isinstance(x, Term) else str(x) for x in a]
     match t.op:
         case "TExpr.input":
             return str(a[0])
@@ -54,7 +83,7 @@ def format_tensor(t: Term) -> str:
             return f"concatenate(({sub[0]}, {sub[1]}), axis={a[2]})"
         case "TExpr.slice":
             return f"{sub[0]}[{_slices(a[1], a[2], a[3])}]"  # type: ignore[arg-type]
-    return str(t)
+    return f"{t.op}({', '.join(sub)})"
 
 
 def _slices(starts: Sequence[int], steps: Sequence[int], extents: Sequence[int]) -> str:

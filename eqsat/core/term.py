@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numbers
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -75,6 +75,57 @@ def _format_arg(arg: Arg) -> str:
     if isinstance(arg, tuple):
         return "(" + ", ".join(_format_arg(a) for a in arg) + ")"
     return repr(arg) if isinstance(arg, str) else str(arg)
+
+
+def child_terms(args: Iterable[Arg]) -> Iterator[Term]:
+    """The Terms among `args`, those inside tuples included, in order."""
+    for arg in args:
+        if isinstance(arg, Term):
+            yield arg
+        elif isinstance(arg, tuple):
+            yield from child_terms(arg)
+
+
+def post_order(terms: Iterable[Term]) -> list[Term]:
+    """Each distinct Term of `terms` and below once, every one after the Terms in its arguments.
+    Its length is the number of distinct subterms: a term that reuses a subterm (a model's layer
+    reads its input several times) unfolds to a tree exponentially larger in its depth."""
+    done: set[Term] = set()
+    order: list[Term] = []
+    for root in terms:
+        pending: list[tuple[Term, bool]] = [(root, False)]
+        while pending:
+            term, children_done = pending.pop()
+            if term in done:
+                continue
+            if children_done:
+                done.add(term)
+                order.append(term)
+            else:
+                pending.append((term, True))
+                pending.extend((c, False) for c in child_terms(term.args) if c not in done)
+    return order
+
+
+def dag_text(terms: Sequence[Term]) -> str:
+    """A text of `terms` with each distinct subterm written once, as a line `op(args)` whose Term
+    arguments are the numbers of their lines (`post_order`'s), then the numbers of `terms`.
+    Equal texts mean equal terms; its length grows with the distinct subterms, where `str`
+    repeats a subterm at each of its uses."""
+    numbers: dict[Term, int] = {}
+
+    def text(arg: Arg) -> str:
+        if isinstance(arg, Term):
+            return f"#{numbers[arg]}"
+        if isinstance(arg, tuple):
+            return "(" + ", ".join(map(text, arg)) + ")"
+        return _format_arg(arg)
+
+    lines = []
+    for term in post_order(terms):
+        numbers[term] = len(lines)
+        lines.append(f"{term.op}({', '.join(map(text, term.args))})")
+    return "\n".join([*lines, ", ".join(map(text, terms))])
 
 
 def index_list(items: Sequence[Term]) -> Term:
