@@ -66,6 +66,11 @@ CANDIDATES_PER_CLASS = 4
 # ALGEBRA_SLACK times the cheapest one's flops + bytes is not scheduled.
 ALGEBRA_CANDIDATES = 2
 ALGEBRA_SLACK = 2.0
+# Above this many algebra e-nodes, one form, extracted with one candidate per e-class: the
+# stage-1 cost sums over the tree, so one candidate finds the cheapest form; more only find other
+# forms, at 64 pricings of a binary node instead of 1. Two stacked transformer blocks (1,045
+# e-nodes, their residual sums regrouped) took 3.4 s to extract, 0.5 s with one, the same form.
+ALGEBRA_FORMS_UP_TO_NODES = 500
 # Above this many e-nodes, one candidate per e-class: on 23 random programs' loop stages of 5k to
 # 10k e-nodes, 4 candidates found the same nests as 1, in 3-5x the time (docs/MEASUREMENTS.md).
 CANDIDATES_UP_TO_NODES = 5_000
@@ -391,10 +396,11 @@ def _optimize_algebra(
     """The algebraic forms worth scheduling, cheapest first, how many extracted forms were
     dropped for disagreeing with `roots` (`_agreeing`), and the stage's report.
 
-    With one output, up to ALGEBRA_CANDIDATES forms of different flop + byte estimates are kept,
-    each within ALGEBRA_SLACK of the cheapest (forms of equal estimate, like a + b and b + a,
-    lower to the same loops); stage 2 schedules each and keeps the fastest. Several outputs keep
-    only the cheapest form of each."""
+    With one output and an e-graph of at most ALGEBRA_FORMS_UP_TO_NODES e-nodes, up to
+    ALGEBRA_CANDIDATES forms of different flop + byte estimates are kept, each within
+    ALGEBRA_SLACK of the cheapest (forms of equal estimate, like a + b and b + a, lower to the same
+    loops); stage 2 schedules each and keeps the fastest. Several outputs, or a larger e-graph,
+    keep only the cheapest form of each."""
     with owned_egraph(EGraph()) as egraph:
         for k, root in enumerate(roots):
             egraph.let(f"root{k}", to_egglog(root))
@@ -418,9 +424,8 @@ def _optimize_algebra(
         report.extracted(all(e.complete for e in extractions), time.monotonic() - start)
         forms = [[extraction[0][0] for extraction in extractions]]
     else:
-        ranked = graph.extract_top(
-            graph.root("root0"), cost, 4 * ALGEBRA_CANDIDATES, deadline, written=roots
-        )
+        candidates = 4 * ALGEBRA_CANDIDATES if graph.size <= ALGEBRA_FORMS_UP_TO_NODES else 1
+        ranked = graph.extract_top(graph.root("root0"), cost, candidates, deadline, written=roots)
         report.extracted(ranked.complete, time.monotonic() - start)
         best_cost = ranked[0][1]
         by_estimate: dict[float, Term] = {}

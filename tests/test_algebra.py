@@ -19,10 +19,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import eqsat
+from eqsat import optimizer
 from eqsat.core import shapes
 from eqsat.core.errors import UnsoundMergeError
 from eqsat.core.interp import evaluate
 from eqsat.core.pretty import format_tensor
+from eqsat.core.progress import Progress
 from eqsat.core.saturate import Limits, SaturationReport, saturate
 from eqsat.core.terms import Term, TExpr, subterms, to_egglog, to_term
 from eqsat.extract.extractor import SerializedGraph
@@ -37,6 +39,7 @@ from eqsat.rewrites.soundness import (
     fired_instances,
     interpreter_inputs,
 )
+from eqsat.tools.whole_programs import transformer_block
 from tests.programs import assert_close
 
 
@@ -345,3 +348,32 @@ def test_unlimited_algebra_saturates_small(build: Callable[[], eqsat.Tensor]) ->
     _, report = best_form(build())
     assert report.stop_reason == "saturated"
     assert report.nodes < 5_000 and report.seconds < 2.0
+
+
+def test_a_large_algebra_e_graph_gives_one_form_the_cheapest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Above ALGEBRA_FORMS_UP_TO_NODES e-nodes (two stacked transformer blocks: their residual
+    sums regroup), one candidate per e-class finds the form that several per e-class find
+    first: the stage-1 cost sums over the tree."""
+    size, heads = 8, 2
+    model = size * heads
+    shapes_of_block = [(model,), (model,), *[(model, model)] * 4, (model,), (model,)]
+    shapes_of_block += [(model, 4 * model), (4 * model,), (4 * model, model), (model,)]
+    y = eqsat.tensor("x", (size, model))
+    for layer in range(2):
+        weights = [eqsat.tensor(f"w{layer}_{k}", s) for k, s in enumerate(shapes_of_block)]
+        y = transformer_block(y, *weights, heads=heads, xp=np)
+    roots = [to_term(y.expr)]
+
+    def forms() -> tuple[list[list[Term]], SaturationReport]:
+        found, _, report, _ = optimizer._optimize_algebra(
+            roots, Limits(), Progress(enabled=False), (), False
+        )
+        return found, report
+
+    one, report = forms()
+    assert report.nodes > optimizer.ALGEBRA_FORMS_UP_TO_NODES
+    monkeypatch.setattr(optimizer, "ALGEBRA_FORMS_UP_TO_NODES", report.nodes)
+    several, _ = forms()
+    assert len(one) == 1 and one[0] == several[0]
