@@ -45,7 +45,7 @@ from eqsat.rewrites.flatten import flatten, is_flattenable
 from eqsat.rewrites.lowering import COPIED_TRANSPOSED_LEFT, collect_inputs, lowerings
 from eqsat.rewrites.masked_blocks import skip_masked_blocks, top_masks, with_guards
 from eqsat.rewrites.packing import pack_panels
-from eqsat.rewrites.partition import joined, parts
+from eqsat.rewrites.partition import joined, parts, with_buffers_renamed, with_canonical_buffers
 from eqsat.rewrites.row_blocks import fuse_row_blocks
 from eqsat.rewrites.rule import Identity
 from eqsat.rewrites.schedule import ROOT, schedule
@@ -264,15 +264,7 @@ class Optimized:
                 if self.disagreeing_forms
                 else []
             ),
-            *(
-                [
-                    f"  loop stage: {len(self.loop_parts)} parts (rewrites/partition.py), each "
-                    "searched in its own e-graph with the whole budget; e-nodes and seconds are "
-                    "their sums"
-                ]
-                if len(self.loop_parts) > 1
-                else []
-            ),
+            *self._parts_line(),
             *(
                 [
                     f"  loop stage budget: {self.small_kernel_nodes:,} e-nodes (a small kernel: "
@@ -291,6 +283,24 @@ class Optimized:
             format_loops(self.program.body, 1),
         ]
         return "\n".join(lines)
+
+    def _parts_line(self) -> list[str]:
+        """How the loop stage searched a program of several parts (`eqsat.rewrites.partition`)."""
+        if len(self.loop_parts) < 2:
+            return []
+        searched = len({id(graph) for graph, _ in self.loop_parts})
+        identical = len(self.loop_parts) - searched
+        return [
+            f"  loop stage: {len(self.loop_parts)} parts (rewrites/partition.py), each searched in "
+            "its own e-graph with the whole budget"
+            + (
+                f", {identical} of them identical to another but for the names of their buffers "
+                "and searched once with it"
+                if identical
+                else ""
+            )
+            + "; e-nodes and seconds are the sums of the searches"
+        ]
 
     def _flattening(self) -> list[str]:
         """Whether the program runs over 1-D buffers (`eqsat.rewrites.flatten`)."""
@@ -524,20 +534,27 @@ def _schedule_lowerings(
     small = _small_kernel_nodes(form, machine, dtype, limits)
     if small is not None:
         limits = replace(limits, nodes=small)
-    pieces = [parts(canonical.body) for _, canonical in lowered]
-    masks = [top_masks(canonical.body) for _, canonical in lowered]
+    tasks: dict[tuple[Term, frozenset[tuple[str, Affine]]], int] = {}  # each distinct part once
+    placed = []  # per lowering: each part's task and the map back to its buffers' names
+    for _, canonical in lowered:
+        masks = top_masks(canonical.body)
+        placed.append([])
+        for piece in parts(canonical.body):
+            renamed, names = with_canonical_buffers(piece)
+            own_masks = frozenset((new, masks[old]) for new, old in names.items() if old in masks)
+            task = tasks.setdefault((renamed, own_masks), len(tasks))
+            placed[-1].append((task, names))
     results = parallel_map(
         _schedule_part,
         [
-            (piece, machine, dtype, limits, small is not None, progress, lowering_masks)
-            for lowering_pieces, lowering_masks in zip(pieces, masks, strict=True)
-            for piece in lowering_pieces
+            (renamed, machine, dtype, limits, small is not None, progress, dict(own_masks))
+            for renamed, own_masks in tasks
         ],
         timeout=limits.seconds + limits.extraction_seconds,
     )
     scheduled = []
-    for (note, canonical), lowering_pieces in zip(lowered, pieces, strict=True):
-        own, results = results[: len(lowering_pieces)], results[len(lowering_pieces) :]
+    for (note, canonical), lowering_parts in zip(lowered, placed, strict=True):
+        own = [results[task].with_buffers(names) for task, names in lowering_parts]
         scheduled.append(_joined_and_fused(form, note, canonical, small, own, machine))
     return scheduled
 
@@ -578,7 +595,8 @@ def _joined_and_fused(
         # symmetric product competes on half its blocks
         estimate=cost.estimate(skip_masked_blocks(body)),
         canonical_cost=canonical_cost,
-        report=_combined([part.report for part in scheduled]),
+        # a part searched for several identical ones counts once
+        report=_combined(list({id(part.report): part.report for part in scheduled}.values())),
         parts=tuple((part.graph, part.extracted) for part in scheduled),
     )
 
@@ -590,6 +608,11 @@ class _Part:
     extracted: Term  # the part's nest extraction chose (its own canonical nest if cheaper)
     report: SaturationReport
     graph: SerializedGraph
+
+    def with_buffers(self, names: Mapping[str, str]) -> _Part:
+        """This part with the buffers of its nest renamed by `names` (its e-graph and report,
+        shared with every part it stands for, are its own)."""
+        return _Part(with_buffers_renamed(self.extracted, names), self.report, self.graph)
 
 
 def _schedule_part(

@@ -15,12 +15,14 @@ parts where producer and consumer share rows.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from eqsat.core.loops import allocated, buffers_accessed, top_allocations, top_statements
-from eqsat.core.term import Term
+from eqsat.core.term import Arg, Term
 from eqsat.rewrites.lowering import CONTRACTION, seq
 
+# The statements and the load whose first argument is a buffer's name.
+BUFFER_OPS = frozenset({"Scalar.load", "Stmt.store", "Stmt.accumulate", "Stmt.alloc"})
 # A run of this many products or more is cut into one part per product. A transformer block's
 # run of six products reached the node budget in one e-graph and ran 1.33x faster cut, a SwiGLU
 # MLP's three 1.15x; the two products of single-head attention, cut, ran 0.90-1.06x as fast
@@ -57,6 +59,54 @@ def joined(body: Term, scheduled: Sequence[Term]) -> Term:
     allocations, _ = top_allocations(body)
     statements = [s for part in scheduled for s in top_statements(top_allocations(part)[1])]
     return allocated(allocations, seq(statements))
+
+
+def with_canonical_buffers(part: Term) -> tuple[Term, dict[str, str]]:
+    """`part` with its buffers renamed in the order a depth-first walk meets them, each keeping
+    the letters of its name and numbered among the buffers of those letters (`in0`, `t0`, `out0`,
+    ...: the cost model tells the caller's arrays from temporaries by them), and the map from the
+    new names back to the old. Parts that differ only in the names of what they read and write (a
+    model's stacked layers) become one term, scheduled once."""
+    names: dict[str, str] = {}
+    counts: dict[str, int] = {}
+
+    def visit(arg: Arg) -> None:
+        if isinstance(arg, tuple):
+            for item in arg:
+                visit(item)
+        elif isinstance(arg, Term):
+            if arg.op in BUFFER_OPS and arg.args[0] not in names:
+                buffer = str(arg.args[0])
+                letters = buffer.rstrip("0123456789")
+                names[buffer] = f"{letters}{counts.get(letters, 0)}"
+                counts[letters] = counts.get(letters, 0) + 1
+            for item in arg.args:
+                visit(item)
+
+    visit(part)
+    return with_buffers_renamed(part, names), {new: old for old, new in names.items()}
+
+
+def with_buffers_renamed(term: Term, names: Mapping[str, str]) -> Term:
+    """`term` with each buffer that `names` maps renamed to its image."""
+    done: dict[int, Arg] = {}  # by id: a subterm met again (index lists) is renamed once
+
+    def renamed(arg: Arg) -> Arg:
+        if isinstance(arg, tuple):
+            return tuple(map(renamed, arg))
+        if not isinstance(arg, Term):
+            return arg
+        known = done.get(id(arg))
+        if known is None:
+            args = tuple(map(renamed, arg.args))
+            if arg.op in BUFFER_OPS:
+                args = (names.get(str(args[0]), args[0]), *args[1:])
+            known = done[id(arg)] = Term(arg.op, args)
+        return known
+
+    result = renamed(term)
+    assert isinstance(result, Term)
+    return result
 
 
 def _one_product_each(run: list[Term]) -> list[list[Term]]:

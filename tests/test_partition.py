@@ -12,7 +12,14 @@ import eqsat
 from eqsat.core.loops import top_allocations, top_statements
 from eqsat.core.terms import Term, to_term
 from eqsat.rewrites.lowering import lower
-from eqsat.rewrites.partition import _initializes, _is_product, joined, parts
+from eqsat.rewrites.partition import (
+    _initializes,
+    _is_product,
+    joined,
+    parts,
+    with_buffers_renamed,
+    with_canonical_buffers,
+)
 from eqsat.tools.whole_programs import attention_heads
 from tests.programs import SMALL_DIMS, Program, programs
 
@@ -81,3 +88,57 @@ def test_a_partitioned_program_compiles_to_numpys_result() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     kernel = traced.kernel_for(x, **weights)
     assert "parts (rewrites/partition.py)" in kernel.explain()
+
+
+LAYERS, ROWS, WIDTH = 5, 48, 32
+
+
+def stacked_layers(layers: int = LAYERS) -> tuple[eqsat.Tensor, dict[str, np.ndarray]]:
+    """`layers` dense layers of one width, relu(h @ W + b) each, and values for their inputs."""
+    rng = np.random.default_rng(0)
+    values = {"x": rng.standard_normal((ROWS, WIDTH), dtype=np.float32)}
+    h = eqsat.tensor("x", (ROWS, WIDTH))
+    for layer in range(layers):
+        w, b = f"W{layer}", f"b{layer}"
+        values[w] = (rng.standard_normal((WIDTH, WIDTH)) / math.sqrt(WIDTH)).astype(np.float32)
+        values[b] = rng.standard_normal(WIDTH, dtype=np.float32)
+        h = eqsat.relu(h @ eqsat.tensor(w, (WIDTH, WIDTH)) + eqsat.tensor(b, (WIDTH,)))
+    return h, values
+
+
+@settings(max_examples=40, deadline=None)
+@given(programs(max_ops=5, dims=SMALL_DIMS))
+def test_canonical_buffer_names_map_back_to_the_part(program: Program) -> None:
+    for piece in parts(lowered(*program.outputs)):
+        renamed, back = with_canonical_buffers(piece)
+        assert with_buffers_renamed(renamed, back) == piece
+        assert with_canonical_buffers(renamed)[0] == renamed
+        # the letters of each name are kept: the cost model tells caller arrays by them
+        digits = "0123456789"
+        assert all(new.rstrip(digits) == old.rstrip(digits) for new, old in back.items())
+
+
+def test_the_middle_layers_of_a_stack_are_one_part_but_for_buffer_names() -> None:
+    """The first layer reads the input x and the last writes the output: the three between read
+    and write temporaries alike."""
+    output, _ = stacked_layers()
+    pieces = parts(lowered(output))
+    assert len(pieces) == LAYERS
+    renamed = [with_canonical_buffers(piece)[0] for piece in pieces]
+    assert len(set(pieces)) == LAYERS and len(set(renamed)) == 3
+    assert renamed[1] == renamed[2] == renamed[3] != renamed[0]
+
+
+def test_identical_parts_are_searched_once_and_compile_to_numpys_result() -> None:
+    output, values = stacked_layers()
+    optimized = eqsat.optimize(output, progress=False)
+    graphs = [graph for graph, _ in optimized.loop_parts]
+    assert len(graphs) == LAYERS and len({id(graph) for graph in graphs}) == 3
+    assert "2 of them identical to another but for the names of their buffers" in (
+        optimized.report()
+    )
+    kernel = eqsat.compile(output, progress=False, cache=False)
+    want = values["x"].astype(np.float64)
+    for layer in range(LAYERS):
+        want = np.maximum(want @ values[f"W{layer}"] + values[f"b{layer}"], 0.0)
+    np.testing.assert_allclose(kernel(**values), want, rtol=1e-4, atol=1e-5)
