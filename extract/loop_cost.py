@@ -307,8 +307,10 @@ class LoopCost:
         name, shape_arg, body = alloc.args
         shape = tuple(int(n) for n in shape_arg)  # type: ignore[union-attr, arg-type]
         assert isinstance(body, Term)
-        _, body = top_allocations(body)
         elements = math.prod(shape)
+        if elements * self.item_bytes <= REUSED_ALLOCATION_BYTES:
+            return 0.0  # (without the walk of the body below: a whole program is priced often)
+        _, body = top_allocations(body)
         if row_loop_of(top_statements(body), str(name), shape) is not None:
             elements //= shape[0]
         allocated = elements * self.item_bytes

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 
 from eqsat.core.loops import (
@@ -95,6 +96,15 @@ MIN_BLOCK = 8
 # panels packing would share (1024^3 on one thread: fused, priced 0.8% under before packing,
 # measured 16% slower; docs/MEASUREMENTS.md).
 UNSHARED_HURDLE = 1.02
+ROW_AXES_CACHED = 1 << 14  # statements whose row axes are remembered (`_row_axes`)
+# A program of more top-level statements than this prices each fusion by the change it makes
+# to a window: the run's statements and WINDOW_NEIGHBORS on each side (the rest is the same
+# before and after, and a program this long does not fit a cache level, where the model adds
+# the costs of consecutive statements). Priced whole, each option re-priced every statement
+# before its run: two stacked transformer blocks' fusion took 4.8 s, three 14 s. Every bench
+# program has at most 12 (docs/MEASUREMENTS.md).
+EXACT_PRICING_UP_TO = 16
+WINDOW_NEIGHBORS = 2
 
 
 def fuse_row_blocks(
@@ -104,7 +114,8 @@ def fuse_row_blocks(
     iteration_elements: float = 0.0,
 ) -> Term:
     """`body` (an extracted nest) with runs of row-block loops fused (module doc): the fusion
-    (run and tile) that `price` (predicted cycles of a whole body) finds cheapest, again and
+    (run and tile) that `price` (predicted cycles of a whole body) finds cheapest (in a body of
+    more than EXACT_PRICING_UP_TO statements, by the change over the run's window), again and
     again while one is cheaper than the body so far (by `UNSHARED_HURDLE` where the run shares
     no temporary); then the same inside each top-level loop over a named axis whose iterations
     each hold more than `iteration_elements` elements of temporaries (`_fused_within`). A block
@@ -116,13 +127,18 @@ def fuse_row_blocks(
     def whole(parts: list[Term]) -> Term:
         return allocated(allocations, seq(parts))
 
+    def priced(parts: list[Term]) -> float:
+        """The price of `parts` under the allocations of the temporaries they touch (those of
+        a window of the program: the others' first touches are the same with and without a
+        fusion in it)."""
+        touched = set().union(*map(buffers_accessed, parts))
+        return price(allocated([a for a in allocations if a[0] in touched], seq(parts)))
+
     # Each round offers again the fusions of the last one that it did not take: built once, a
     # fusion is the same term in every round, which the cost model's memo tables then find by
     # identity instead of comparing a rebuilt copy node by node.
     fused_loop = functools.cache(_fused)
-    statements = _fused_runs(
-        top_statements(inner), shapes, lambda parts: price(whole(parts)), block_elements, fused_loop
-    )
+    statements = _fused_runs(top_statements(inner), shapes, priced, block_elements, fused_loop)
     for position, statement in enumerate(statements):
 
         def in_place(loop: Term, position: int = position) -> float:
@@ -147,27 +163,34 @@ def _fused_runs(
     none is. `inside_parallel`: they run inside a parallel loop, so fused loops are serial."""
     best, best_price = statements, price(statements)
     while True:  # the best single fusion, until none is predicted faster
-        options = [
-            (_with_fused(best, run[:length], fused), _shares_temporary(fused, shapes))
-            for start in range(len(best))
-            for row_axis, run in _runs(best, start)
-            for length in range(2, len(run) + 1)
-            for tile in _common_tiles(run[:length], row_axis, best, shapes, block_elements)
-            if (
-                fused := fused_loop(
-                    tuple(s for _, s in run[:length]), row_axis, tile, inside_parallel
-                )
-            )
-            is not None
-        ]
-        priced = [
-            (price(option) * (1 if shared else UNSHARED_HURDLE), option)
-            for option, shared in options
-        ]
+        windowed = len(best) > EXACT_PRICING_UP_TO
+        priced = []
+        for start in range(len(best)):
+            for row_axis, run in _runs(best, start):
+                for length in range(2, len(run) + 1):
+                    joined = run[:length]
+                    for tile in _common_tiles(joined, row_axis, best, shapes, block_elements):
+                        fused = fused_loop(
+                            tuple(s for _, s in joined), row_axis, tile, inside_parallel
+                        )
+                        if fused is None:
+                            continue
+                        option = _with_fused(best, joined, fused)
+                        if windowed:  # the option's price: the change over its window
+                            first, last = joined[0][0], joined[-1][0]
+                            low, high = first - WINDOW_NEIGHBORS, last + 1 + WINDOW_NEIGHBORS
+                            after = option[max(0, low) : high - length + 1]
+                            change = price(after) - price(best[max(0, low) : high])
+                            predicted = best_price + change
+                        else:
+                            predicted = price(option)
+                        shared = _shares_temporary(fused, shapes)
+                        priced.append((predicted * (1 if shared else UNSHARED_HURDLE), option))
         cheapest = min(priced, key=lambda pair: pair[0], default=None)
         if cheapest is None or cheapest[0] >= best_price:
             return best
-        best_price, best = cheapest
+        best = cheapest[1]
+        best_price = price(best) if windowed else cheapest[0]
 
 
 def _fused_within(
@@ -229,7 +252,8 @@ def _major(statement: Term, axis: Term) -> frozenset[str]:
 def _shares_temporary(fused: Term, temporaries: Mapping[str, tuple[int, ...]]) -> bool:
     """Whether two statements of the `fused` loop's block touch one of the `temporaries`."""
     statements = top_statements(fused.args[2])  # type: ignore[arg-type]
-    return any(sum(name in buffers_accessed(s) for s in statements) > 1 for name in temporaries)
+    touching = Counter(buffer for s in statements for buffer in buffers_accessed(s))
+    return any(count > 1 and buffer in temporaries for buffer, count in touching.items())
 
 
 def _with_fused(statements: list[Term], run: list[tuple[int, Term]], fused: Term) -> list[Term]:
@@ -255,9 +279,11 @@ def _row_axis(statement: Term) -> tuple[Term, int | None] | None:
     return axis.args[0], int(axis.args[1])  # type: ignore[return-value, arg-type]
 
 
-def _row_axes(statement: Term) -> list[Term]:
+@functools.lru_cache(maxsize=ROW_AXES_CACHED)
+def _row_axes(statement: Term) -> tuple[Term, ...]:
     """The named axes over whose blocks `statement` may run (condition 1): its own, for a
-    row-block loop, and every axis of which it is row-local."""
+    row-block loop, and every axis of which it is row-local. (Asked of every statement in every
+    round of `_fused_runs`: memoized.)"""
     row = _row_axis(statement)
     walked = dict.fromkeys(
         axis
@@ -267,7 +293,7 @@ def _row_axes(statement: Term) -> list[Term]:
         if axis.op == "Axis.named"
     )
     local = [axis for axis in walked if _row_local(statement, axis)]
-    return list(dict.fromkeys([*([row[0]] if row is not None else []), *local]))
+    return tuple(dict.fromkeys([*([row[0]] if row is not None else []), *local]))
 
 
 def _own_tile(statement: Term, row_axis: Term) -> tuple[bool, int | None]:

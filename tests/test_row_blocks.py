@@ -16,9 +16,11 @@ from eqsat.core.interp import run
 from eqsat.core.loops import buffers_accessed, statements_in, top_allocations, top_statements
 from eqsat.core.pretty import format_loops
 from eqsat.core.terms import LoopProgram, Term, index_list
+from eqsat.extract.loop_cost import LoopCost
 from eqsat.extract.machine import Machine
+from eqsat.rewrites import row_blocks
 from eqsat.rewrites.lowering import seq
-from eqsat.rewrites.row_blocks import _renamed, fuse_row_blocks
+from eqsat.rewrites.row_blocks import EXACT_PRICING_UP_TO, _renamed, fuse_row_blocks
 from eqsat.tools.whole_programs import attention_heads
 from tests.isas import ISAS, VECTOR_ISAS
 from tests.machines import PINNED
@@ -500,3 +502,27 @@ def test_renaming_fail_two_axes_would_become_one() -> None:
         Term("Stmt.accumulate", ("out0", at(columns), "sum", one)),
     )
     assert _renamed(both, k, ROW) is None
+
+
+def test_a_long_program_fuses_by_windows_as_it_does_priced_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Beyond EXACT_PRICING_UP_TO top-level statements each fusion is priced by its change over a
+    window of the program: six stacked softmax layers (24 statements) fuse as they do priced
+    whole, into one loop over their rows, and compute the same."""
+    h = eqsat.tensor("x", (64, 32))
+    for layer in range(6):
+        h = eqsat.softmax(h) * eqsat.tensor(f"g{layer}", (32,)) + h
+    optimized = eqsat.optimize(h, progress=False)
+    assert len(top_statements(top_allocations(optimized.extracted)[1])) > EXACT_PRICING_UP_TO
+    cost = LoopCost(optimized.machine, "float32")
+    windowed = fuse_row_blocks(optimized.extracted, lambda body: cost.estimate(body).cycles)
+    assert len(top_statements(top_allocations(windowed)[1])) == 1
+    monkeypatch.setattr(row_blocks, "EXACT_PRICING_UP_TO", 1 << 20)
+    assert fuse_row_blocks(optimized.extracted, lambda body: cost.estimate(body).cycles) == windowed
+    program = optimized.canonical
+    rng = np.random.default_rng(0)
+    inputs = {name: rng.standard_normal(shape) for name, shape in program.inputs}
+    want = run(program, inputs, dtype=np.float64)[0]
+    got = run(program.with_body(windowed), inputs, dtype=np.float64)[0]
+    assert_variant_agrees(got, want, windowed)
