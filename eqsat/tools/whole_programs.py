@@ -82,6 +82,19 @@ def transformer_block(
     return x + gelu(layernorm(x, g2, b2, xp) @ W1 + c1, xp) @ W2 + c2
 
 
+# A transformer block's weights, in `transformer_block`'s order.
+BLOCK_WEIGHTS = ("g1", "b1", "Wq", "Wk", "Wv", "Wo", "g2", "b2", "W1", "c1", "W2", "c2")
+
+
+def stacked_blocks(x: Any, heads: int, xp: ModuleType, **weights: Any) -> Any:
+    """Pre-LN transformer blocks one after the other, a model's stack: block k's weights are
+    named as `transformer_block`'s with `_k` appended (`g1_0`, ..., `c2_1`)."""
+    for layer in range(len(weights) // len(BLOCK_WEIGHTS)):
+        own = [weights[f"{name}_{layer}"] for name in BLOCK_WEIGHTS]
+        x = transformer_block(x, *own, heads=heads, xp=xp)
+    return x
+
+
 def mlp_two_layers(x: Any, W1: Any, c1: Any, W2: Any, c2: Any, xp: ModuleType) -> Any:
     """gelu(x @ W1 + c1) @ W2 + c2."""
     return gelu(x @ W1 + c1, xp) @ W2 + c2
@@ -211,6 +224,29 @@ def block_workload(seq: int, heads: int, size: int, target: float = 1.3) -> Work
     )
 
 
+def stacked_blocks_workload(
+    layers: int, seq: int, heads: int, size: int, target: float = 1.3
+) -> Workload:
+    """`layers` pre-LN transformer blocks (`block_workload`'s) one after the other."""
+    model = heads * size
+    hidden = 4 * model
+    block = {
+        **{name: (model,) for name in ("g1", "b1", "g2", "b2")},
+        **{name: (model, model) for name in ("Wq", "Wk", "Wv", "Wo")},
+        **_feed_forward(model, hidden),
+    }
+    shapes = {f"{name}_{layer}": shape for layer in range(layers) for name, shape in block.items()}
+    return whole_program_workload(
+        f"blocks{layers}",
+        f"{layers} stacked pre-LN transformer blocks, seq {seq}, model {model}, {heads} heads",
+        {"x": (seq, model), **shapes},
+        partial(stacked_blocks, heads=heads),
+        target=target,
+        flops=layers * (_attention_flops(seq, model) + 4.0 * seq * model * hidden),
+        weights=tuple(name for name in shapes if name[0] == "W"),
+    )
+
+
 def swiglu_workload(seq: int, model: int, hidden: int, target: float = 1.0) -> Workload:
     return whole_program_workload(
         "swiglu",
@@ -277,6 +313,8 @@ def whole_programs(quick: bool = False) -> list[Workload]:
             flops=2.0 * causal * causal * 64,  # half of the scores are masked
         ),
         block_workload(seq, heads, size),
+        # a model's stack: its compile grows with its distinct parts (ARCHITECTURE §10)
+        stacked_blocks_workload(2, seq, heads, size),
         swiglu_workload(seq, model, hidden),
         cosine_workload(rows, rows, model),
         whole_program_workload(
