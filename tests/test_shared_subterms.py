@@ -8,6 +8,7 @@ written form as a tree and 71 s building a 557 MB cache key; a third block would
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 import eqsat
 from eqsat import compile_cache
 from eqsat.core.pretty import SHARED_TEXT_MIN_CHARS, format_tensor, format_tensors
-from eqsat.core.term import dag_text, post_order, subterms
+from eqsat.core.term import Term, dag_text, post_order, subterms
 
 DEPTH = 16  # a chain whose tree holds 2**16 copies of its input
 
@@ -72,7 +73,7 @@ def test_dag_text_tells_terms_apart_as_equality_does() -> None:
 def test_post_order_lists_each_subterm_once_after_its_arguments() -> None:
     term = doubling_chain().expr
     order = post_order([term])
-    assert set(order) == {t for t in subterms([term]) if isinstance(t, eqsat.core.term.Term)}
+    assert set(order) == {t for t in subterms([term]) if isinstance(t, Term)}
     assert len(order) == len(set(order))
     seen: set[Any] = set()
     for t in order:
@@ -101,3 +102,31 @@ def test_a_deep_chain_compiles_with_a_short_key_and_report(
     np.testing.assert_allclose(kernel(x), np.tanh(want * want - 1.0), rtol=1e-4, atol=1e-5)
     again = eqsat.compile(doubling_chain(), progress=False)
     assert "answered from the compile cache" in again.explain()
+
+
+def _chain(depth: int, leaf: float) -> Term:
+    """A term built apart each call (no hash-consing): each level reads the one below twice."""
+    term = Term("TExpr.const", (leaf,))
+    for _ in range(depth):
+        term = Term("TExpr.binary", ("mul", term, term))
+    return term
+
+
+def test_terms_built_apart_compare_in_time_linear_in_their_depth() -> None:
+    """A memo table's key and an equal term built again share no objects: equality compares each
+    pair of subterms once, where comparing path by path visits 2**64 of them here (the bench's
+    check of two stacked blocks, which looks its program up in `shapes.infer`'s table, took
+    507 s that way). An alarm turns a hang into a failure."""
+
+    def hung(*_: object) -> None:
+        raise TimeoutError("comparing two equal DAGs did not finish in 30 s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)
+    try:
+        assert _chain(64, 1.0) == _chain(64, 1.0)
+        assert _chain(64, 1.0) != _chain(64, 2.0)
+        assert _chain(64, 0.0) == _chain(64, -0.0)  # as float equality has it
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

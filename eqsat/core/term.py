@@ -10,6 +10,7 @@ imports egglog (ARCHITECTURE §1). `eqsat.core.terms` re-exports every name here
 from __future__ import annotations
 
 import numbers
+import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -48,7 +49,11 @@ REDUCE_IDENTITY = {"sum": 0.0, "max": float("-inf"), "prod": 1.0}  # a reduction
 Arg = Union["Term", int, float, str, tuple["Arg", ...]]
 
 
-@dataclass(frozen=True)
+# The pairs of subterms found equal in each thread's comparison under way (`Term.__eq__`).
+_PROVEN = threading.local()
+
+
+@dataclass(frozen=True, eq=False)
 class Term:
     """A term outside the e-graph: `op` is the constructor's qualified name, e.g. "Stmt.loop"."""
 
@@ -61,6 +66,33 @@ class Term:
 
     def __hash__(self) -> int:
         return self._hash  # type: ignore[attr-defined,no-any-return]
+
+    def __eq__(self, other: object) -> bool:
+        """Structural equality that compares each pair of subterms once: two equal programs built
+        apart (a memo table's key and a term built again) share no objects, and comparing them
+        path by path took exponentially long in a model's depth (each layer reads its input
+        several times). The pairs found equal during one comparison are remembered
+        (`_PROVEN`) until it returns."""
+        if self is other:
+            return True
+        if not isinstance(other, Term):
+            return NotImplemented
+        if self._hash != other._hash or self.op != other.op:  # type: ignore[attr-defined]
+            return False
+        proven: set[tuple[int, int]] | None = getattr(_PROVEN, "pairs", None)
+        if proven is None:  # the outermost comparison: its pairs' objects live until it returns
+            _PROVEN.pairs = set()
+            try:
+                return self.args == other.args
+            finally:
+                _PROVEN.pairs = None
+        pair = (id(self), id(other))
+        if pair in proven:
+            return True
+        equal = self.args == other.args
+        if equal:
+            proven.add(pair)
+        return equal
 
     def __reduce__(self) -> tuple[type[Term], tuple[str, tuple[Arg, ...]]]:
         # rebuilt by the constructor, so the hash is the unpickling process's: a string's hash
