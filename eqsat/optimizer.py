@@ -528,14 +528,16 @@ def _schedule_lowerings(
     """`form` through stage 2 once per lowering in `lowered` (`lowerings`' (note, program)
     pairs): the parts (`eqsat.rewrites.partition`) of every lowering scheduled at once, each in
     an e-graph of its own with the whole budget, in worker processes too (what each gets does
-    not depend on where it ran: x.T @ y's two lowerings compile side by side on two cores);
+    not depend on where it ran: x.T @ y's two lowerings compile side by side on two cores), and
+    parts equal but for their buffers' names (`with_canonical_buffers`: stacked layers) once;
     then each lowering's nests joined and fused by row blocks."""
     dtype = lowered[0][1].dtype
     small = _small_kernel_nodes(form, machine, dtype, limits)
     if small is not None:
         limits = replace(limits, nodes=small)
     tasks: dict[tuple[Term, frozenset[tuple[str, Affine]]], int] = {}  # each distinct part once
-    placed = []  # per lowering: each part's task and the map back to its buffers' names
+    # per lowering: each part's task, and the map back to its buffers' names
+    placed: list[list[tuple[int, dict[str, str]]]] = []
     for _, canonical in lowered:
         masks = top_masks(canonical.body)
         placed.append([])

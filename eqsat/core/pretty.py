@@ -40,7 +40,7 @@ def format_tensors(terms: Sequence[Term]) -> str:
     uses = Counter(child for term in order for child in child_terms(term.args))
     uses.update(terms)
     shown: dict[Term, str] = {}  # a subterm's text, or its name
-    definitions = []
+    definitions: list[str] = []
     for term in order:
         text = _format_node(term, [shown[a] if isinstance(a, Term) else str(a) for a in term.args])
         if uses[term] > 1 and len(text) > SHARED_TEXT_MIN_CHARS:

@@ -153,7 +153,7 @@ def dag_text(terms: Sequence[Term]) -> str:
             return "(" + ", ".join(map(text, arg)) + ")"
         return _format_arg(arg)
 
-    lines = []
+    lines: list[str] = []
     for term in post_order(terms):
         numbers[term] = len(lines)
         lines.append(f"{term.op}({', '.join(map(text, term.args))})")
