@@ -164,8 +164,10 @@ class Optimized:
         if stage == "algebra":
             graph, chosen = self.algebra_graph, list(self.chosen)
         elif stage == "loops":
-            graph, extracted = self.loop_parts[self._largest_part()]
-            chosen = [extracted]
+            largest = self._largest_part()
+            graph, extracted = self.loop_parts[largest]
+            _, names = self._part_as_searched(largest)
+            chosen = [with_buffers_renamed(extracted, {old: new for new, old in names.items()})]
         else:
             raise ValueError(f"unknown stage {stage!r}; expected 'algebra' or 'loops'")
         return draw_egraph(graph, max_classes=max_classes, chosen=chosen)
@@ -185,6 +187,7 @@ class Optimized:
         keeping their chosen nests."""
         varied = self._largest_part()
         graph = self.loop_parts[varied][0]
+        searched, names = self._part_as_searched(varied)
         root = graph.root(ROOT)
         cost = LoopCost(self.machine, self.program.dtype)
         rng = random.Random(seed)
@@ -195,14 +198,12 @@ class Optimized:
                 if len(found) >= goal:
                     return
                 nests = [nest for _, nest in self.loop_parts]
-                nests[varied] = part_body
+                nests[varied] = with_buffers_renamed(part_body, names)
                 body = joined(self.canonical.body, nests)
                 program = after_extraction(self.program, body)
                 found.setdefault(program, Candidate(program, cost.estimate(body).cycles, source))
 
-        top = graph.extract_top(
-            root, cost, max(best, CANDIDATES_PER_CLASS), written=[self.canonical.body]
-        )
+        top = graph.extract_top(root, cost, max(best, CANDIDATES_PER_CLASS), written=[searched])
         add("best", best, (body for body, _ in top))
         draws = (graph.extract_random(root, rng) for _ in range(4 * sampled))
         add("sampled", best + sampled, draws)
@@ -212,6 +213,11 @@ class Optimized:
             (graph.extract(root, _perturbed(cost, rng))[0] for _ in range(3 * perturbed)),
         )
         return list(found.values())
+
+    def _part_as_searched(self, position: int) -> tuple[Term, dict[str, str]]:
+        """Part `position` of the program as its e-graph holds it (its buffers renamed,
+        `with_canonical_buffers`), and the map from those names back to the program's."""
+        return with_canonical_buffers(parts(self.canonical.body)[position])
 
     def _largest_part(self) -> int:
         """The position of the part whose loop e-graph has the most e-nodes."""

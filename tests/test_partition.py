@@ -142,3 +142,19 @@ def test_identical_parts_are_searched_once_and_compile_to_numpys_result() -> Non
     for layer in range(LAYERS):
         want = np.maximum(want @ values[f"W{layer}"] + values[f"b{layer}"], 0.0)
     np.testing.assert_allclose(kernel(**values), want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_candidates_and_picture_of_a_part_searched_renamed_use_the_programs_buffers() -> None:
+    """The largest part of the stack is a middle layer, searched with its buffers renamed: its
+    candidates come back under the program's names (the chosen one first and cheapest of the
+    best), and `draw` finds the chosen nest in its e-graph."""
+    output, _ = stacked_layers()
+    optimized = eqsat.optimize(output, progress=False)
+    largest = optimized._largest_part()
+    piece = parts(optimized.canonical.body)[largest]
+    assert with_canonical_buffers(piece)[0] != piece
+    candidates = optimized.candidates(4)
+    assert candidates[0].program == optimized.program
+    best = [c.predicted for c in candidates if c.source == "best"]
+    assert candidates[0].predicted == min(best) and len(best) > 1
+    assert optimized.draw("loops").svg
