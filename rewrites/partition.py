@@ -17,12 +17,18 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 
-from eqsat.core.loops import allocated, buffers_accessed, top_allocations, top_statements
+from eqsat.core.loops import (
+    ACCESS_OPS,
+    allocated,
+    buffers_accessed,
+    top_allocations,
+    top_statements,
+)
 from eqsat.core.term import Arg, Term
 from eqsat.rewrites.lowering import CONTRACTION, seq
 
-# The statements and the load whose first argument is a buffer's name.
-BUFFER_OPS = frozenset({"Scalar.load", "Stmt.store", "Stmt.accumulate", "Stmt.alloc"})
+# The terms whose first argument is a buffer's name: its accesses and its allocation.
+BUFFER_OPS = frozenset({*ACCESS_OPS, "Stmt.alloc"})
 # A run of this many products or more is cut into one part per product. A transformer block's
 # run of six products reached the node budget in one e-graph and ran 1.33x faster cut, a SwiGLU
 # MLP's three 1.15x; the two products of single-head attention, cut, ran 0.90-1.06x as fast

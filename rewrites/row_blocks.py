@@ -165,32 +165,42 @@ def _fused_runs(
     while True:  # the best single fusion, until none is predicted faster
         windowed = len(best) > EXACT_PRICING_UP_TO
         priced = []
-        for start in range(len(best)):
-            for row_axis, run in _runs(best, start):
-                for length in range(2, len(run) + 1):
-                    joined = run[:length]
-                    for tile in _common_tiles(joined, row_axis, best, shapes, block_elements):
-                        fused = fused_loop(
-                            tuple(s for _, s in joined), row_axis, tile, inside_parallel
-                        )
-                        if fused is None:
-                            continue
-                        option = _with_fused(best, joined, fused)
-                        if windowed:  # the option's price: the change over its window
-                            first, last = joined[0][0], joined[-1][0]
-                            low, high = first - WINDOW_NEIGHBORS, last + 1 + WINDOW_NEIGHBORS
-                            after = option[max(0, low) : high - length + 1]
-                            change = price(after) - price(best[max(0, low) : high])
-                            predicted = best_price + change
-                        else:
-                            predicted = price(option)
-                        shared = _shares_temporary(fused, shapes)
-                        priced.append((predicted * (1 if shared else UNSHARED_HURDLE), option))
+        for joined, fused in _fusions(best, shapes, block_elements, fused_loop, inside_parallel):
+            option = _with_fused(best, joined, fused)
+            if windowed:  # the option's price: the change over its window
+                low = joined[0][0] - WINDOW_NEIGHBORS
+                high = joined[-1][0] + 1 + WINDOW_NEIGHBORS
+                after = option[max(0, low) : high - len(joined) + 1]
+                predicted = best_price + price(after) - price(best[max(0, low) : high])
+            else:
+                predicted = price(option)
+            hurdle = 1 if _shares_temporary(fused, shapes) else UNSHARED_HURDLE
+            priced.append((predicted * hurdle, option))
         cheapest = min(priced, key=lambda pair: pair[0], default=None)
         if cheapest is None or cheapest[0] >= best_price:
             return best
         best = cheapest[1]
         best_price = price(best) if windowed else cheapest[0]
+
+
+def _fusions(
+    statements: list[Term],
+    shapes: Mapping[str, tuple[int, ...]],
+    block_elements: float,
+    fused_loop: Callable[[tuple[Term, ...], Term, int | None, bool], Term | None],
+    inside_parallel: bool,
+) -> Iterator[tuple[list[tuple[int, Term]], Term]]:
+    """Each fusion `_fused_runs` may take in `statements`: the run it joins (positions and
+    statements) and the fused loop, for every run from every start, every length and tile."""
+    for start in range(len(statements)):
+        for row_axis, run in _runs(statements, start):
+            for length in range(2, len(run) + 1):
+                joined = run[:length]
+                for tile in _common_tiles(joined, row_axis, statements, shapes, block_elements):
+                    members = tuple(s for _, s in joined)
+                    fused = fused_loop(members, row_axis, tile, inside_parallel)
+                    if fused is not None:
+                        yield joined, fused
 
 
 def _fused_within(
