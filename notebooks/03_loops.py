@@ -192,10 +192,12 @@ for name in kernels:
 # cheapest distinct nests under the cost model (the first is the chosen one), then random
 # ones, which reach slow corners (untiled, strided, scalar). It builds each with
 # `eqsat.api.build`, checks it against the reference interpreter in float64, and times them
-# all in interleaved rounds (medians). The chosen nest is predicted fastest among the `best`
-# candidates. A random one can be predicted faster still: extraction keeps the 4 cheapest
-# sub-nests of each e-class, not every combination, so it can miss a cheaper whole (the cell
-# prints it when that happens). Every candidate computes the same result.
+# all in interleaved rounds (medians). The chosen nest is usually predicted fastest, but not
+# always: the search's extraction keeps the 4 cheapest sub-nests of each e-class, not every
+# combination, and the model's roofline is not a sum over sub-nests, so the wider extraction
+# of `candidates` (6 a class here) or a random draw can find a whole predicted cheaper; which
+# one does depends on this machine's calibration. The cell prints it when that happens. Every
+# candidate computes the same result.
 
 # %%
 workloads = [  # (what the notebook optimized above, the same program as a workload)
@@ -216,8 +218,6 @@ for optimized, workload in workloads:
     check = model_check.check_workload(workload, optimized.machine, mix, repeats=15)
     assert check.failure is None, check.failure
     assert check.candidates[0].nest == format_loops(optimized.program.body)
-    best = [c for c in check.candidates if c.source == "best"]
-    assert check.candidates[0].predicted == min(c.predicted for c in best)
     missed = min(check.candidates, key=lambda c: c.predicted)
     if missed.predicted < check.candidates[0].predicted:
         print(
