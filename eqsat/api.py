@@ -78,7 +78,10 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
     compile cache (`eqsat.autotune`); `progress`, `extra_rules` and `assume_finite` as in
     `optimize`. A compile that was done before (same program, options, machine and eqsat)
     answers from the compile cache (`eqsat.compile_cache`) without optimizing again;
-    `cache=False` neither reads nor writes it. With `check` (the default), the kernel is run on
+    `cache=False` neither reads nor writes it, nor the part cache: with it, a compile that
+    misses searches only the parts of the program (`eqsat.rewrites.partition`) that no earlier
+    compile searched for this machine, limits and eqsat (an edited layer, a model whose layers
+    were compiled before). With `check` (the default), the kernel is run on
     seeded inputs and compared with the program as written (`eqsat.validation`) before it is
     returned or cached; one that disagrees, or whose optimized nest fails to build, is replaced by
     the written program's plain loop nest, not cached, and `explain()` says so. Raises
@@ -106,6 +109,7 @@ def compile(  # noqa: A001 - the public name is part of the stable API (ARCHITEC
             progress=progress,
             extra_rules=extra_rules,
             assume_finite=assume_finite,
+            cache=cache,
         )
 
         def optimized() -> Kernel:

@@ -8,6 +8,11 @@ emitter included, so any change of eqsat's code makes new keys) and egglog's ver
 holds what a `Kernel` is rebuilt from: the C source, the ISA, the signature, `explain()`'s text and
 the stages' reports; loading it compiles nothing unless the library itself left the cache.
 
+A part entry, `part-<key>.json`, holds the nest the loop stage found for one part of a program
+(`eqsat.rewrites.partition`), keyed by the part's term, the machine, the limits and the same
+digests: a program edited in one layer searches only the parts it changed, and a model whose layers
+were compiled before in another program reuses them (`eqsat.optimizer`, `cache=True`).
+
 Entries are written like the libraries: under an `flock` on `compile-<key>.lock` (processes
 compiling one program at once run the optimizer once), by tmp file + rename, with a sha256 of the
 payload inside; an entry that is unreadable, corrupt or of another ENTRY_VERSION is recomputed.
@@ -19,15 +24,18 @@ import functools
 import hashlib
 import json
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from importlib import import_module, util
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from eqsat.backend_c.build import cache_dir, file_lock, write_atomically
 from eqsat.core.limits import SaturationReport
+from eqsat.core.term import Term, terms_from_json, terms_to_json
+
+Record = TypeVar("Record")
 
 # Bump when an entry's layout changes.
 ENTRY_VERSION = 2
@@ -131,21 +139,75 @@ def lookup(path: Path) -> KernelRecord | None:
     """The record at `path`, or None if it is missing, unreadable, corrupt or stale.
 
     It requires: the caller holds the entry's lock (`locked`)."""
-    try:
-        entry = json.loads(path.read_text())
-        payload = entry["payload"]
-        if entry["version"] != ENTRY_VERSION or entry["sha256"] != _digest(payload):
-            return None
-        return KernelRecord.from_json(payload)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+    return _read(path, KernelRecord.from_json)
 
 
 def store(path: Path, record: KernelRecord) -> None:
     """Write `record` at `path` atomically.
 
     It requires: the caller holds the entry's lock (`locked`)."""
-    payload = record.to_json()
+    _write(path, record.to_json())
+
+
+@dataclass(frozen=True)
+class PartRecord:
+    """What the loop stage found for one part of a program (`eqsat.rewrites.partition`): the
+    nest it extracted, its report, and the size of its e-graph."""
+
+    extracted: Term
+    report: SaturationReport
+    graph_size: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "extracted": terms_to_json([self.extracted]),
+            "report": self.report.as_dict(),
+            "graph_size": self.graph_size,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PartRecord:
+        """The record `to_json` wrote; KeyError, IndexError, TypeError or ValueError if `data`
+        is not one."""
+        (extracted,) = terms_from_json(data["extracted"])
+        if not extracted.op.startswith("Stmt.") or not isinstance(data["graph_size"], int):
+            raise TypeError("a part entry holds a statement and its e-graph's size")
+        return cls(extracted, SaturationReport.from_dict(data["report"]), data["graph_size"])
+
+
+def part_path(key: str) -> Path:
+    """The part-cache entry of `key` (an `entry_key`), beside the compile-cache entries."""
+    return cache_dir() / f"part-{key}.json"
+
+
+def lookup_part(key: str) -> PartRecord | None:
+    """The part entry of `key`, or None if it is missing, unreadable, corrupt or stale."""
+    path = part_path(key)
+    with file_lock(path.with_suffix(".lock")):
+        return _read(path, PartRecord.from_json)
+
+
+def store_part(key: str, record: PartRecord) -> None:
+    """Write the part entry of `key` atomically."""
+    path = part_path(key)
+    with file_lock(path.with_suffix(".lock")):
+        _write(path, record.to_json())
+
+
+def _read(path: Path, from_json: Callable[[dict[str, Any]], Record]) -> Record | None:
+    """The record `from_json` reads from the entry at `path`, or None if the entry is missing,
+    unreadable, of another ENTRY_VERSION, or its payload does not match its sha256."""
+    try:
+        entry = json.loads(path.read_text())
+        payload = entry["payload"]
+        if entry["version"] != ENTRY_VERSION or entry["sha256"] != _digest(payload):
+            return None
+        return from_json(payload)
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+
+
+def _write(path: Path, payload: dict[str, Any]) -> None:
     entry = {"version": ENTRY_VERSION, "sha256": _digest(payload), "payload": payload}
     write_atomically(path, json.dumps(entry).encode())
 

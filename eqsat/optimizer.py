@@ -13,14 +13,15 @@ import random
 import time
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from statistics import NormalDist
 
 import numpy as np
 from egglog import EGraph
 
+from eqsat import compile_cache
 from eqsat.backend_c.calibrate import calibrated_host
 from eqsat.core import dtypes, shapes
 from eqsat.core.affine import Affine
@@ -30,11 +31,12 @@ from eqsat.core.measure import agreement
 from eqsat.core.pretty import format_loops, format_tensors
 from eqsat.core.progress import Progress
 from eqsat.core.saturate import saturate
+from eqsat.core.term import dag_text
 from eqsat.core.terms import EGGLOG_LOCK, Arg, LoopProgram, Term, owned_egraph, to_egglog, to_term
 from eqsat.core.workers import parallel_map, prestart
 from eqsat.extract.extractor import NodeCost, SerializedGraph
 from eqsat.extract.loop_cost import CACHE_USE, Estimate, LoopCost
-from eqsat.extract.machine import Machine
+from eqsat.extract.machine import Machine, cpu_model
 from eqsat.extract.tensor_cost import TensorCost, roofline_seconds, work_flops
 from eqsat.frontend import Tensor, output_tensors
 from eqsat.rewrites.algebra import IDENTITIES as ALGEBRA_IDENTITIES
@@ -131,7 +133,7 @@ class Optimized:
     algebra_graph: SerializedGraph = field(compare=False, repr=False)
     # the loop stage's kernel e-graph of each part of the program (`eqsat.rewrites.partition`),
     # with the nest extraction chose from it, in program order
-    loop_parts: tuple[tuple[SerializedGraph, Term], ...] = field(compare=False, repr=False)
+    loop_parts: tuple[tuple[PartGraph, Term], ...] = field(compare=False, repr=False)
     # what callers pass and get: each input's and output's value dtype (`eqsat.core.dtypes`),
     # converted from and to `program.dtype` at the kernel's boundary
     input_dtypes: tuple[str, ...]
@@ -165,7 +167,8 @@ class Optimized:
             graph, chosen = self.algebra_graph, list(self.chosen)
         elif stage == "loops":
             largest = self._largest_part()
-            graph, extracted = self.loop_parts[largest]
+            part_graph, extracted = self.loop_parts[largest]
+            graph = part_graph.graph
             _, names = self._part_as_searched(largest)
             chosen = [with_buffers_renamed(extracted, {old: new for new, old in names.items()})]
         else:
@@ -186,7 +189,7 @@ class Optimized:
         Where the program has several parts, the candidates vary its largest part, the others
         keeping their chosen nests."""
         varied = self._largest_part()
-        graph = self.loop_parts[varied][0]
+        graph = self.loop_parts[varied][0].graph
         searched, names = self._part_as_searched(varied)
         root = graph.root(ROOT)
         cost = LoopCost(self.machine, self.program.dtype)
@@ -291,22 +294,31 @@ class Optimized:
         return "\n".join(lines)
 
     def _parts_line(self) -> list[str]:
-        """How the loop stage searched a program of several parts (`eqsat.rewrites.partition`)."""
-        if len(self.loop_parts) < 2:
-            return []
-        searched = len({id(graph) for graph, _ in self.loop_parts})
-        identical = len(self.loop_parts) - searched
-        return [
-            f"  loop stage: {len(self.loop_parts)} parts (rewrites/partition.py), each searched in "
-            "its own e-graph with the whole budget"
-            + (
-                f", {identical} of them identical to another but for the names of their buffers "
-                "and searched once with it"
-                if identical
-                else ""
+        """How the loop stage searched a program of several parts (`eqsat.rewrites.partition`),
+        and which parts it answered from the part cache."""
+        graphs = list({id(graph): graph for graph, _ in self.loop_parts}.values())
+        lines = []
+        if len(self.loop_parts) > 1:
+            identical = len(self.loop_parts) - len(graphs)
+            lines.append(
+                f"  loop stage: {len(self.loop_parts)} parts (rewrites/partition.py), each "
+                "searched in its own e-graph with the whole budget"
+                + (
+                    f", {identical} of them identical to another but for the names of their "
+                    "buffers and searched once with it"
+                    if identical
+                    else ""
+                )
+                + "; e-nodes and seconds are the sums of the searches"
             )
-            + "; e-nodes and seconds are the sums of the searches"
-        ]
+        cached = sum(graph.from_cache for graph in graphs)
+        if cached:
+            lines.append(
+                f"  loop stage: {cached} of {len(graphs)} searches answered from the part cache "
+                "(eqsat/compile_cache.py: searched by an earlier compile for this machine, limits "
+                "and eqsat; its e-nodes and seconds are that search's)"
+            )
+        return lines
 
     def _flattening(self) -> list[str]:
         """Whether the program runs over 1-D buffers (`eqsat.rewrites.flatten`)."""
@@ -495,7 +507,7 @@ class _Scheduled:
     estimate: Estimate  # of `body`
     canonical_cost: float
     report: SaturationReport
-    parts: tuple[tuple[SerializedGraph, Term], ...]  # each part's e-graph and chosen nest
+    parts: tuple[tuple[PartGraph, Term], ...]  # each part's e-graph and chosen nest
 
     @property
     def described(self) -> str:
@@ -530,18 +542,20 @@ def _schedule_lowerings(
     machine: Machine,
     limits: Limits,
     progress: Progress,
+    cache: bool,
 ) -> list[_Scheduled]:
     """`form` through stage 2 once per lowering in `lowered` (`lowerings`' (note, program)
     pairs): the parts (`eqsat.rewrites.partition`) of every lowering scheduled at once, each in
     an e-graph of its own with the whole budget, in worker processes too (what each gets does
     not depend on where it ran: x.T @ y's two lowerings compile side by side on two cores), and
-    parts equal but for their buffers' names (`with_canonical_buffers`: stacked layers) once;
+    parts equal but for their buffers' names (`with_canonical_buffers`: stacked layers) once,
+    and with `cache` those searched before answered from the part cache (`_scheduled_parts`);
     then each lowering's nests joined and fused by row blocks."""
     dtype = lowered[0][1].dtype
     small = _small_kernel_nodes(form, machine, dtype, limits)
     if small is not None:
         limits = replace(limits, nodes=small)
-    tasks: dict[tuple[Term, frozenset[tuple[str, Affine]]], int] = {}  # each distinct part once
+    tasks: dict[_PartTask, int] = {}  # each distinct part once
     # per lowering: each part's task, and the map back to its buffers' names
     placed: list[list[tuple[int, dict[str, str]]]] = []
     for _, canonical in lowered:
@@ -550,16 +564,9 @@ def _schedule_lowerings(
         for piece in parts(canonical.body):
             renamed, names = with_canonical_buffers(piece)
             own_masks = frozenset((new, masks[old]) for new, old in names.items() if old in masks)
-            task = tasks.setdefault((renamed, own_masks), len(tasks))
-            placed[-1].append((task, names))
-    results = parallel_map(
-        _schedule_part,
-        [
-            (renamed, machine, dtype, limits, small is not None, progress, dict(own_masks))
-            for renamed, own_masks in tasks
-        ],
-        timeout=limits.seconds + limits.extraction_seconds,
-    )
+            task = _PartTask(renamed, machine, dtype, limits, small is not None, own_masks)
+            placed[-1].append((tasks.setdefault(task, len(tasks)), names))
+    results = _scheduled_parts(list(tasks), cache, progress)
     scheduled = []
     for (note, canonical), lowering_parts in zip(lowered, placed, strict=True):
         own = [results[task].with_buffers(names) for task, names in lowering_parts]
@@ -609,53 +616,154 @@ def _joined_and_fused(
     )
 
 
+class PartGraph:
+    """The loop stage's e-graph of one part of a program (`eqsat.rewrites.partition`): the
+    search's own, or, for a part answered from the part cache (`eqsat.compile_cache`), the same
+    search run again the first time `graph` is read (a part whose stage stopped on its clock is
+    never cached, so the search gives the e-graph the cached nest was extracted from)."""
+
+    def __init__(
+        self,
+        size: int,
+        graph: SerializedGraph | None = None,
+        search: Callable[[], SerializedGraph] | None = None,
+    ) -> None:
+        """`size`: its e-nodes; `graph`, or else `search`, which builds it."""
+        assert graph is not None or search is not None
+        self.size = size
+        self._graph = graph
+        self._search = search
+        self.from_cache = graph is None  # answered from the part cache, not searched this time
+
+    @property
+    def graph(self) -> SerializedGraph:
+        if self._graph is None:
+            assert self._search is not None
+            with EGGLOG_LOCK:
+                self._graph = self._search()
+        return self._graph
+
+
 @dataclass
 class _Part:
     """One part of a program through the loop stage."""
 
     extracted: Term  # the part's nest extraction chose (its own canonical nest if cheaper)
     report: SaturationReport
-    graph: SerializedGraph
+    graph: PartGraph
 
     def with_buffers(self, names: Mapping[str, str]) -> _Part:
         """This part with the buffers of its nest renamed by `names` (its e-graph and report,
         shared with every part it stands for, are its own)."""
-        return _Part(with_buffers_renamed(self.extracted, names), self.report, self.graph)
+        renamed = with_buffers_renamed(self.extracted, names)
+        return _Part(renamed, self.report, self.graph)
 
 
-def _schedule_part(
-    piece: Term,
-    machine: Machine,
-    dtype: str,
-    limits: Limits,
-    small: bool,
-    progress: Progress,
-    masks: Mapping[str, Affine],
-) -> _Part:
-    """The cheapest nest of loop term `piece` found in its own kernel e-graph (`small`: a small
-    kernel's, with its tiles, `tile_sizes`, and its bound on the e-graphs that keep several
-    candidates per e-class in extraction), each candidate priced with the guards that skip the
-    blocks of the program's temporaries `masks` discards (`top_masks`: a mirrored symmetric
-    product is then tiled for its triangle). It runs in a worker process as well
-    (`eqsat.core.workers`): it depends on its arguments alone."""
-    guarded = partial(with_guards, masks=masks) if masks else None
-    cost = LoopCost(machine, dtype, guarded)
-    tiles = tile_sizes(machine, dtype, small_kernel=small)
-    egraph, report = schedule(piece, machine, dtype, limits, tiles, progress=progress.iteration)
+@dataclass(frozen=True)
+class _PartTask:
+    """What the loop stage's search of one part depends on, all of it (`_schedule_part`): a
+    part's search gives the same nest wherever and whenever it runs with these, unless its
+    clock stops it, so it is the part cache's key too (`part_key`)."""
+
+    piece: Term  # the part, its buffers renamed (`with_canonical_buffers`)
+    machine: Machine
+    dtype: str
+    limits: Limits
+    small: bool  # a small kernel's: its tiles and bound on candidates per e-class
+    masks: frozenset[tuple[str, Affine]]  # the program's temporaries' masks (`top_masks`)
+
+    def part_key(self) -> str:
+        """This part's part-cache key (`compile_cache.entry_key`)."""
+        return compile_cache.entry_key(
+            [
+                "loop-stage part",
+                dag_text([self.piece]),
+                self.dtype,
+                asdict(self.machine),
+                cpu_model(),
+                asdict(self.limits),
+                self.small,
+                sorted((name, repr(mask)) for name, mask in self.masks),
+            ]
+        )
+
+
+def _scheduled_parts(tasks: Sequence[_PartTask], cache: bool, progress: Progress) -> list[_Part]:
+    """Each of `tasks` (at least one, all with the same limits) through the loop stage
+    (`_schedule_part`), in worker processes too; with `cache`, a task the part cache holds is
+    answered from it, and one searched is stored there unless a clock stopped it."""
+    keys = [task.part_key() for task in tasks] if cache else []
+    known = [compile_cache.lookup_part(key) for key in keys] if cache else [None] * len(tasks)
+    missing = [i for i, record in enumerate(known) if record is None]
+    limits = tasks[0].limits  # (one program's parts share them)
+    searched = parallel_map(
+        _schedule_part,
+        [(tasks[i], progress) for i in missing],
+        timeout=limits.seconds + limits.extraction_seconds,
+    )
+    found: dict[int, _Part] = {}
+    for i, known_record in enumerate(known):
+        if known_record is not None:
+            graph = PartGraph(known_record.graph_size, search=partial(_searched_graph, tasks[i]))
+            found[i] = _Part(known_record.extracted, known_record.report, graph)
+    for i, part in zip(missing, searched, strict=True):
+        found[i] = part
+        if cache and not part.report.on_clock:
+            record = compile_cache.PartRecord(part.extracted, part.report, part.graph.size)
+            compile_cache.store_part(keys[i], record)
+    return [found[i] for i in range(len(tasks))]
+
+
+def _searched(
+    task: _PartTask, progress: Progress | None = None
+) -> tuple[SerializedGraph, SaturationReport]:
+    """The kernel e-graph of `task`'s search and its report, without its extraction
+    (`_schedule_part`)."""
+    tiles = tile_sizes(task.machine, task.dtype, small_kernel=task.small)
+    egraph, report = schedule(
+        task.piece,
+        task.machine,
+        task.dtype,
+        task.limits,
+        tiles,
+        progress=progress.iteration if progress else None,
+    )
     with owned_egraph(egraph):
-        graph = SerializedGraph(egraph)
+        return SerializedGraph(egraph), report
+
+
+def _searched_graph(task: _PartTask) -> SerializedGraph:
+    """The kernel e-graph of `task`'s search (`_searched`), for a part answered from the cache."""
+    return _searched(task)[0]
+
+
+def _schedule_part(task: _PartTask, progress: Progress) -> _Part:
+    """The cheapest nest of `task`'s part found in its own kernel e-graph (a small kernel's,
+    with its tiles, `tile_sizes`, and its bound on the e-graphs that keep several candidates
+    per e-class in extraction), each candidate priced with the guards that skip the blocks of
+    the program's temporaries `task.masks` discards (`top_masks`: a mirrored symmetric product
+    is then tiled for its triangle). It runs in a worker process as well
+    (`eqsat.core.workers`): it depends on its arguments alone."""
+    masks = dict(task.masks)
+    guarded = partial(with_guards, masks=masks) if masks else None
+    cost = LoopCost(task.machine, task.dtype, guarded)
+    graph, report = _searched(task, progress)
     progress.extracting(report.stage, graph.size)
-    up_to = SMALL_CANDIDATES_UP_TO_NODES if small else CANDIDATES_UP_TO_NODES
+    up_to = SMALL_CANDIDATES_UP_TO_NODES if task.small else CANDIDATES_UP_TO_NODES
     keep = CANDIDATES_PER_CLASS if graph.size <= up_to else 1
     start = time.monotonic()
     extraction = graph.extract_top(
-        graph.root(ROOT), cost, keep, deadline=start + limits.extraction_seconds, written=[piece]
+        graph.root(ROOT),
+        cost,
+        keep,
+        deadline=start + task.limits.extraction_seconds,
+        written=[task.piece],
     )
     report.extracted(extraction.complete, time.monotonic() - start)
     (extracted, predicted), *_ = extraction
-    if predicted > cost.estimate(piece).cycles:  # a deadline's best-so-far can be worse
-        extracted = piece
-    return _Part(extracted, report, graph)
+    if predicted > cost.estimate(task.piece).cycles:  # a deadline's best-so-far can be worse
+        extracted = task.piece
+    return _Part(extracted, report, PartGraph(graph.size, graph))
 
 
 def _combined(reports: Sequence[SaturationReport]) -> SaturationReport:
@@ -687,6 +795,7 @@ def optimize(
     progress: bool = True,
     extra_rules: Sequence[Identity] = (),
     assume_finite: bool = False,
+    cache: bool = False,
 ) -> Optimized:
     """Choose the algebraic form and the loop nest of `outputs` (no C is built).
 
@@ -696,7 +805,10 @@ def optimize(
     compiler's -ffinite-math-only: identities marked `finite_only` (x - x -> 0, x * 0 -> 0,
     factoring, matrix-chain order, ...) may then fire, and `report()` says so.
     With `progress`, a stage that runs for seconds reports each round on stderr
-    (`eqsat.core.progress`).
+    (`eqsat.core.progress`). With `cache` (`eqsat.compile`'s default), a part of the program
+    (`eqsat.rewrites.partition`) searched before for this machine, limits and eqsat is answered
+    from the part cache (`eqsat.compile_cache`) instead of searched again; its e-graph is searched
+    again only if `draw` or `candidates` reads it.
 
     An elementwise program over whole arrays of one shape (`eqsat.rewrites.flatten`) is
     optimized over 1-D arrays: `chosen`, `canonical` and `program` are then flat, `flattened`
@@ -705,7 +817,7 @@ def optimize(
     Any thread may call it: one optimization runs at a time in a process (`EGGLOG_LOCK`), and
     its e-graphs are released in the calling thread before it returns (ARCHITECTURE §5e)."""
     with EGGLOG_LOCK:
-        return _optimize(outputs, limits, machine, progress, extra_rules, assume_finite)
+        return _optimize(outputs, limits, machine, progress, extra_rules, assume_finite, cache)
 
 
 def _optimize(
@@ -715,6 +827,7 @@ def _optimize(
     progress: bool,
     extra_rules: Sequence[Identity],
     assume_finite: bool,
+    cache: bool,
 ) -> Optimized:
     tensors, _ = output_tensors(outputs)
     limits = limits or Limits()
@@ -745,7 +858,7 @@ def _optimize(
         ]
         if not lowered:
             continue
-        scheduled += _schedule_lowerings(form, lowered, machine, limits, reporter)
+        scheduled += _schedule_lowerings(form, lowered, machine, limits, reporter, cache)
         if any(s.report.stop_reason != "saturated" for s in scheduled[-len(lowered) :]):
             break  # a stage that hit its limits leaves no budget for another form
     best = min(scheduled, key=_ranked_cycles)

@@ -349,7 +349,7 @@ def test_a_loop_part_extracts_one_nest_however_egglog_numbered_its_egraph(seed: 
     weights = {name: eqsat.tensor(name, (111, 111)) for name in ("Wq", "Wk", "Wv", "Wo")}
     program = attention_heads(eqsat.tensor("x", (444, 111)), **weights, heads=3, xp=np)
     optimized = eqsat.optimize(program, machine=PINNED, progress=False)
-    graph = optimized.loop_parts[1][0]
+    graph = optimized.loop_parts[1][0].graph
     cost = LoopCost(PINNED, "float32")
     want = list(graph.extract_top(graph.root(ROOT), cost, 1))
     classes, renamed = renamed_and_shuffled(nodes_of(graph), random.Random(seed))

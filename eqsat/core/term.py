@@ -12,7 +12,7 @@ from __future__ import annotations
 import numbers
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -158,6 +158,51 @@ def dag_text(terms: Sequence[Term]) -> str:
         numbers[term] = len(lines)
         lines.append(f"{term.op}({', '.join(map(text, term.args))})")
     return "\n".join([*lines, ", ".join(map(text, terms))])
+
+
+def terms_to_json(terms: Sequence[Term]) -> dict[str, Any]:
+    """`terms` as JSON-serializable data, each distinct subterm once (`post_order`): a node is
+    [op, args], a Term argument {"#": its node's number}, a tuple argument a list; ints, floats
+    (NaN, ±inf and -0.0 as Python's json writes them) and strings as they are. `terms_from_json`
+    reads it back."""
+    numbers: dict[Term, int] = {}
+
+    def data(arg: Arg) -> Any:
+        if isinstance(arg, Term):
+            return {"#": numbers[arg]}
+        if isinstance(arg, tuple):
+            return [data(a) for a in arg]
+        return arg
+
+    nodes: list[list[Any]] = []
+    for term in post_order(terms):
+        numbers[term] = len(nodes)
+        nodes.append([term.op, [data(a) for a in term.args]])
+    return {"nodes": nodes, "roots": [numbers[t] for t in terms]}
+
+
+def terms_from_json(data: Mapping[str, Any]) -> list[Term]:
+    """The terms `terms_to_json` wrote. KeyError, IndexError, TypeError or ValueError if `data`
+    is not such a value (a node may only name nodes before it)."""
+    built: list[Term] = []
+
+    def arg(value: Any) -> Arg:
+        if isinstance(value, dict):
+            number = value["#"]
+            if not isinstance(number, int) or not 0 <= number < len(built):
+                raise ValueError(f"a term refers to node {number!r} before it is built")
+            return built[number]
+        if isinstance(value, list):
+            return tuple(arg(v) for v in value)
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            return value
+        raise TypeError(f"not a term argument: {value!r}")
+
+    for op, args in data["nodes"]:
+        if not isinstance(op, str) or not isinstance(args, list):
+            raise TypeError(f"not a term node: {[op, args]!r}")
+        built.append(Term(op, tuple(arg(a) for a in args)))
+    return [built[number] for number in data["roots"]]
 
 
 def index_list(items: Sequence[Term]) -> Term:
