@@ -11,13 +11,17 @@ or iteration limit and says which; a limit is never an error.
 
 The node and iteration limits are the stage's budget of work: they decide where it stops, and a
 step is not started when it is predicted to pass the node limit (`predicted_step`: the stage's
-largest growth so far again). egglog is deterministic up to the order in which one round's rules
-add nodes, and extraction does not depend on that order (`eqsat.extract.extractor`), so one
-program on one machine always gives the same kernel. The time limit is a safety net for a slow
-or loaded machine, set above what the default budget takes here: a step predicted to end past it
-is not started either (its time grows faster than the e-graph), and only a stop on time depends
-on how fast the machine happened to be. What a prediction misses can overshoot a limit by at
-most one rule round or one run of the analyses (egglog cannot stop a run).
+largest growth so far again, the first step's not counted once there are others: from the few
+e-nodes of a lowered program the first round grows the e-graph faster than later ones, and
+counting it stopped multi-head attention's one-part loop stage a round before its register
+tiles, 1.96x slower; docs/MEASUREMENTS.md). egglog is deterministic up to the order in which one
+round's rules add nodes, and extraction does not depend on that order
+(`eqsat.extract.extractor`), so one program on one machine always gives the same kernel. The
+time limit is a safety net for a slow or loaded machine, set above what the default budget takes
+here: a step predicted to end past it is not started either (its time grows faster than the
+e-graph), and only a stop on time depends on how fast the machine happened to be. What a
+prediction misses can overshoot a limit by at most one rule round or one run of the analyses
+(egglog cannot stop a run).
 
 Tripwires run after every step: a merge of two different literals (`TExpr.const(1.0)` with
 `TExpr.const(2.0)`, two inputs, two loop constants) or of two tensors of different shapes (egglog
@@ -146,7 +150,7 @@ def _saturate(
     start = time.perf_counter()
     facts_pending = facts is not None
     last_step: Step | None = None
-    growth = 1.0  # the largest factor by which a step grew the e-graph so far
+    growth = 1.0  # the largest factor a step grew the e-graph by (the first's only while alone)
     this_step: Step | None = None  # nodes and start time of the step under way
     facts_iterations = 1  # analysis iterations in the next run of `facts`
     while True:
@@ -163,7 +167,8 @@ def _saturate(
             break
         if this_step is None:
             if last_step is not None:
-                growth = max(growth, report.nodes / max(1, last_step.nodes_before))
+                step_growth = report.nodes / max(1, last_step.nodes_before)
+                growth = step_growth if report.iterations == 2 else max(growth, step_growth)
                 nodes, seconds = predicted_step(last_step, report.nodes, growth)
                 if nodes >= limits.nodes or report.seconds + seconds >= limits.seconds:
                     report.stop_reason = "node limit" if nodes >= limits.nodes else "time limit"
@@ -211,9 +216,9 @@ class Step:
 
 def predicted_step(last: Step, nodes: int, growth: float) -> tuple[float, float]:
     """Term e-nodes after, and seconds of, a step started at `nodes` e-nodes: it grows the
-    e-graph by `growth`, the largest factor a step of the stage did (a step can grow it faster
-    than the last one did), and its time is `last`'s times the factor `last` grew it by, to the
-    power STEP_TIME_GROWTH."""
+    e-graph by `growth`, the largest factor a step of the stage did but the first (a step can
+    grow it faster than the last one did), and its time is `last`'s times the factor `last` grew
+    it by, to the power STEP_TIME_GROWTH."""
     last_growth = max(1.0, nodes / max(1, last.nodes_before))
     return nodes * growth, last.seconds * last_growth**STEP_TIME_GROWTH
 
