@@ -257,7 +257,7 @@ def test_settled_blocks_wait_out_a_wake_up_of_many_calls() -> None:
 
 NEW_WORKLOADS = [
     *("attention-short", "attention-long", "layernorm-matmul", "gelu-matmul", "xtx"),
-    *("mha", "mha-long", "causal", "block", "blocks2", "mlp2", "swiglu", "cosine"),
+    *("mha", "mha-long", "sdpa", "causal", "block", "blocks2", "mlp2", "swiglu", "cosine"),
     *("logreg-grad", "kmeans"),
     *("distances", "cross-entropy", "correlation"),  # whole programs (eqsat.tools.whole_programs)
 ]

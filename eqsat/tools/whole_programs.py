@@ -51,6 +51,20 @@ def attention_heads(x: Any, Wq: Any, Wk: Any, Wv: Any, Wo: Any, heads: int, xp: 
     return (weights @ v).transpose(1, 0, 2).reshape(seq, model) @ Wo
 
 
+def heads_attention(q: Any, k: Any, v: Any, heads: int, xp: ModuleType) -> Any:
+    """Scaled dot-product attention of given q, k and v over `heads` heads (an inference
+    kernel's, the projections done elsewhere): split by reshape and transpose, softmax(q @ kᵀ /
+    sqrt(head size)) @ v, heads merged."""
+    seq, model = q.shape
+    size = model // heads
+
+    def split(t: Any) -> Any:
+        return t.reshape(seq, heads, size).transpose(1, 0, 2)
+
+    weights = softmax(split(q) @ split(k).transpose(0, 2, 1) * (1 / math.sqrt(size)), xp)
+    return (weights @ split(v)).transpose(1, 0, 2).reshape(seq, model)
+
+
 def causal_attention(q: Any, k: Any, v: Any, xp: ModuleType) -> Any:
     """One causal attention head; the mask from numpy's (or jax's) arange comparison."""
     seq, size = q.shape
@@ -304,6 +318,14 @@ def whole_programs(quick: bool = False) -> list[Workload]:
         mha_workload(seq, heads, size),
         # a long context: each head's 2048 x 2048 scores spill L3 (row blocks per head)
         mha_workload(*((64, 2, 16) if quick else (2048, 8, 64)), name="mha-long"),
+        whole_program_workload(
+            "sdpa",
+            f"scaled dot-product attention of given q, k, v, seq {seq}, {heads} heads of {size}",
+            {name: (seq, model) for name in ("q", "k", "v")},
+            partial(heads_attention, heads=heads),
+            target=1.5,
+            flops=4.0 * seq * seq * model,
+        ),
         whole_program_workload(
             "causal",
             f"causal attention (np.arange mask), {causal}x64",
