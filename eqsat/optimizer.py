@@ -637,11 +637,11 @@ class PartGraph:
 
     @property
     def graph(self) -> SerializedGraph:
-        if self._graph is None:
-            assert self._search is not None
-            with EGGLOG_LOCK:
+        with EGGLOG_LOCK:  # one search, whichever thread asks first
+            if self._graph is None:
+                assert self._search is not None
                 self._graph = self._search()
-        return self._graph
+            return self._graph
 
 
 @dataclass
