@@ -13,7 +13,7 @@ A part entry, `part-<key>.json`, holds the nest the loop stage found for one par
 digests: a program edited in one layer searches only the parts it changed, and a model whose layers
 were compiled before in another program reuses them (`eqsat.optimizer`, `cache=True`).
 
-Entries are written like the libraries: under an `flock` on `compile-<key>.lock` (processes
+Entries are written like the libraries: under an `flock` on the entry's `.lock` file (processes
 compiling one program at once run the optimizer once), by tmp file + rename, with a sha256 of the
 payload inside; an entry that is unreadable, corrupt or of another ENTRY_VERSION is recomputed.
 """
@@ -123,14 +123,15 @@ def egglog_version() -> str:
     return metadata.version("egglog")
 
 
-def entry_path(key: str) -> Path:
-    return cache_dir() / f"compile-{key}.json"
+def entry_path(key: str, kind: str = "compile") -> Path:
+    """The entry of `key` of `kind` ("compile", or "part": `PartRecord`)."""
+    return cache_dir() / f"{kind}-{key}.json"
 
 
 @contextmanager
-def locked(key: str) -> Iterator[Path]:
-    """Hold the entry's lock; yields the entry's path."""
-    path = entry_path(key)
+def locked(key: str, kind: str = "compile") -> Iterator[Path]:
+    """Hold the entry's lock; yields the entry's path (`entry_path`)."""
+    path = entry_path(key, kind)
     with file_lock(path.with_suffix(".lock")):
         yield path
 
@@ -175,22 +176,15 @@ class PartRecord:
         return cls(extracted, SaturationReport.from_dict(data["report"]), data["graph_size"])
 
 
-def part_path(key: str) -> Path:
-    """The part-cache entry of `key` (an `entry_key`), beside the compile-cache entries."""
-    return cache_dir() / f"part-{key}.json"
-
-
 def lookup_part(key: str) -> PartRecord | None:
     """The part entry of `key`, or None if it is missing, unreadable, corrupt or stale."""
-    path = part_path(key)
-    with file_lock(path.with_suffix(".lock")):
+    with locked(key, "part") as path:
         return _read(path, PartRecord.from_json)
 
 
 def store_part(key: str, record: PartRecord) -> None:
     """Write the part entry of `key` atomically."""
-    path = part_path(key)
-    with file_lock(path.with_suffix(".lock")):
+    with locked(key, "part") as path:
         _write(path, record.to_json())
 
 

@@ -633,7 +633,11 @@ class PartGraph:
         self.size = size
         self._graph = graph
         self._search = search
-        self.from_cache = graph is None  # answered from the part cache, not searched this time
+
+    @property
+    def from_cache(self) -> bool:
+        """Whether the part was answered from the part cache, not searched by its compile."""
+        return self._search is not None
 
     @property
     def graph(self) -> SerializedGraph:
@@ -655,8 +659,7 @@ class _Part:
     def with_buffers(self, names: Mapping[str, str]) -> _Part:
         """This part with the buffers of its nest renamed by `names` (its e-graph and report,
         shared with every part it stands for, are its own)."""
-        renamed = with_buffers_renamed(self.extracted, names)
-        return _Part(renamed, self.report, self.graph)
+        return _Part(with_buffers_renamed(self.extracted, names), self.report, self.graph)
 
 
 @dataclass(frozen=True)

@@ -92,12 +92,10 @@ def test_a_cached_parts_egraph_is_searched_again_when_read(cache: Path) -> None:
     assert candidates[0].program == answered.program and len(candidates) == 3
     for (graph, _), (own, _) in zip(answered.loop_parts, searched.loop_parts, strict=True):
         assert graph.graph.size == graph.size == own.size
-    graph, nest = answered.loop_parts[1]  # a middle layer: its buffers were renamed
     cost = LoopCost(answered.machine, "float32")
-    (best, _), *_ = graph.graph.extract_top(graph.graph.root(ROOT), cost, 4)
-    (own_best, _), *_ = searched.loop_parts[1][0].graph.extract_top(
-        searched.loop_parts[1][0].graph.root(ROOT), cost, 4
-    )
+    again, own = (optimized.loop_parts[1][0].graph for optimized in (answered, searched))
+    (best, _), *_ = again.extract_top(again.root(ROOT), cost, 4)  # a middle layer: renamed
+    (own_best, _), *_ = own.extract_top(own.root(ROOT), cost, 4)
     assert best == own_best
     picture = answered.draw("loops")
     assert picture.svg.startswith("<svg") and picture.shown_classes > 0
