@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 
 import eqsat
-from eqsat.core.loops import top_allocations, top_statements
+from eqsat.core.loops import buffers_accessed, top_allocations, top_statements
 from eqsat.core.terms import Term, to_term
 from eqsat.rewrites.lowering import lower
 from eqsat.rewrites.partition import (
@@ -146,8 +146,9 @@ def test_identical_parts_are_searched_once_and_compile_to_numpys_result() -> Non
 
 def test_the_candidates_and_picture_of_a_part_searched_renamed_use_the_programs_buffers() -> None:
     """The largest part of the stack is a middle layer, searched with its buffers renamed: its
-    candidates come back under the program's names (the chosen one first and cheapest of the
-    best), and `draw` finds the chosen nest in its e-graph."""
+    candidates come back under the program's names (the chosen one first), and `draw` finds the
+    chosen nest in its e-graph. The chosen one need not be the cheapest: `candidates` extracts
+    more per e-class than the search, and the roofline of a whole is not a sum of its parts."""
     output, _ = stacked_layers()
     optimized = eqsat.optimize(output, progress=False)
     largest = optimized._largest_part()
@@ -155,6 +156,7 @@ def test_the_candidates_and_picture_of_a_part_searched_renamed_use_the_programs_
     assert with_canonical_buffers(piece)[0] != piece
     candidates = optimized.candidates(4)
     assert candidates[0].program == optimized.program
-    best = [c.predicted for c in candidates if c.source == "best"]
-    assert candidates[0].predicted == min(best) and len(best) > 1
+    assert len([c for c in candidates if c.source == "best"]) > 1
+    program_buffers = buffers_accessed(optimized.program.body)
+    assert all(buffers_accessed(c.program.body) == program_buffers for c in candidates)
     assert optimized.draw("loops").svg
