@@ -71,6 +71,8 @@ REGION_IDLE_SECONDS = 3e-3  # ... each after this long, past the workers' spin (
 # parallel loops look like no gain). The peaks are then measured again, up to REMEASUREMENTS
 # times, each figure keeping its best (a busy core only lowers a figure); a host whose cores do
 # share them (SMT siblings) keeps what it measured.
+PROBE_SECONDS = 0.01  # each call of `fma_share_now`'s probe ...
+PROBE_CALLS = 3  # ... of which the fastest counts
 PER_CORE_SCALING = 0.75
 PER_CORE_LEVELS = ("L1", "L2")
 REMEASUREMENTS = 3
@@ -387,6 +389,28 @@ def calibrated_host(announce: Callable[[str], object] | None = None) -> Machine:
     `announce` as in `calibrated`)."""
     machine = host()
     return replace(machine, calibration=calibrated(machine, announce=announce))
+
+
+def fma_share_now(machine: Machine) -> float:
+    """The float32 FMA rate on all of `machine`'s cores now, over its calibrated peak: the best
+    of PROBE_CALLS calls of the calibration's FMA chains lasting about PROBE_SECONDS each. About
+    1 on a quiet host; lower while other processes or guests hold its cores, their time slices
+    or (hyperthreads) their FMA units, which `/proc/stat`'s steal time does not show.
+
+    It requires: `machine.calibration` is set, measured on this host at `machine.isa`.
+    """
+    assert machine.calibration is not None, "fma_share_now needs a calibrated machine"
+    library = build_library(calibration_source(machine), _CDEF, _flags(machine))
+    threads = machine.cores
+    peak = machine.calibration.peak_flops["float32"][threads]
+    flops_per_iteration = 2.0 * CHAINS * machine.lanes("float32") * threads
+    iterations = max(1, round(peak * PROBE_SECONDS / flops_per_iteration))
+    fastest = math.inf
+    for _ in range(PROBE_CALLS):
+        start = time.perf_counter()
+        library.lib.calib_fma_float32(iterations, threads)
+        fastest = min(fastest, time.perf_counter() - start)
+    return flops_per_iteration * iterations / fastest / peak
 
 
 def _read(path: Path, key: str, machine: Machine) -> Calibration | None:

@@ -55,12 +55,26 @@ def test_quick_bench_writes_checked_figures(
         assert [s["stage"] for s in workload["stages"]] == ["algebra", "loops"]
         dram_ok = workload["name"] != "elementwise" or workload["peak_fraction"] >= 0.8
         assert workload["met"] == (workload["ratios"]["numpy"] >= workload["target"] and dram_ok)
+        assert workload["host_share"] > 0
     printed = capsys.readouterr().out
     rows = [line.split()[0] for line in printed.splitlines() if line.strip()]
     assert "elementwise" in rows and "softmax" in rows and "matmul" not in rows
+    (host_line,) = [line for line in printed.splitlines() if line.startswith("host: ")]
+    assert "of the calibrated peak" in host_line
     (warm,) = [line for line in printed.splitlines() if line.startswith("warm start:")]
     assert "answered from the compile cache in a new process" in warm, warm
     assert warm.endswith("egglog not imported"), warm
+
+
+def test_the_host_line_names_the_rows_timed_on_a_busy_host() -> None:
+    def row(name: str, share: float) -> workloads.Result:
+        return workloads.Result(name, name, 1.0, host_share=share)
+
+    quiet = bench.format_host_shares([row("softmax", 0.97), row("matmul", 1.01)])
+    assert quiet.endswith("each row ran at 97%-101% of the calibrated peak (quiet)")
+    busy = bench.format_host_shares([row("softmax", 0.97), row("swiglu", 0.52), row("mlp2", 0.84)])
+    assert busy.startswith("host: the FMA probe before and after each row ran at 52%-97%")
+    assert busy.endswith("their figures may be off: swiglu 52%, mlp2 84%")
 
 
 def test_a_wrong_kernel_is_reported_as_a_mismatch() -> None:

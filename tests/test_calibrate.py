@@ -139,6 +139,21 @@ def test_host_calibration_is_positive_and_gives_the_clock() -> None:
     assert 0.3e9 < machine.clock_hz() < 10e9  # a plausible clock, even on a loaded machine
 
 
+def test_the_fma_probe_is_a_share_of_the_calibrated_peak() -> None:
+    """`fma_share_now` times the calibration's own FMA chains: at most about 1 (a busy host gives
+    less; a wrong count of lanes, chains or threads would give several times more), and it
+    scales inversely with the peak it is compared with."""
+    machine = calibrated_host()
+    assert 0.05 < calibrate.fma_share_now(machine) < 1.3
+    calibration = machine.calibration
+    assert calibration is not None
+    tenth = {
+        dtype: {t: p / 10 for t, p in row.items()} for dtype, row in calibration.peak_flops.items()
+    }
+    slower = replace(machine, calibration=replace(calibration, peak_flops=tenth))
+    assert calibrate.fma_share_now(slower) > 2.0  # ten times a share of at least 0.2
+
+
 def test_a_busy_spell_falls_on_every_thread_count_alike(monkeypatch: pytest.MonkeyPatch) -> None:
     # A fake clock: each rep takes 20 ms, twice that while the host is busy, which it is for the
     # first 7 calls (both counts' first calls and the next five). Timed one count after the

@@ -100,6 +100,8 @@ class Result:
     peak_kind: str = ""  # "flops" or "DRAM"
     peak_fraction: float | None = None
     met: bool | None = None
+    # `calibrate.fma_share_now` before and after the row was timed, the lower (the bench)
+    host_share: float | None = None
 
 
 def numexpr_module() -> Any:
