@@ -70,11 +70,15 @@ def test_the_host_line_names_the_rows_timed_on_a_busy_host() -> None:
     def row(name: str, share: float) -> workloads.Result:
         return workloads.Result(name, name, 1.0, host_share=share)
 
-    quiet = bench.format_host_shares([row("softmax", 0.97), row("matmul", 1.01)])
+    quiet = workloads.format_host_shares([row("softmax", 0.97), row("matmul", 1.01)])
     assert quiet.endswith("each row ran at 97%-101% of the calibrated peak (quiet)")
-    busy = bench.format_host_shares([row("softmax", 0.97), row("swiglu", 0.52), row("mlp2", 0.84)])
+    busy = workloads.format_host_shares(
+        [row("softmax", 0.97), row("swiglu", 0.52), row("mlp2", 0.84)]
+    )
     assert busy.startswith("host: the FMA probe before and after each row ran at 52%-97%")
     assert busy.endswith("their figures may be off: swiglu 52%, mlp2 84%")
+    failed = workloads.Result("failed", "failed", 1.0)
+    assert workloads.format_host_shares([failed]) == "host: no row was timed"
 
 
 def test_a_wrong_kernel_is_reported_as_a_mismatch() -> None:
@@ -206,11 +210,12 @@ def test_sweep_shapes_are_seeded_bounded_and_mostly_not_multiples_of_8() -> None
     assert sum(e % 8 != 0 for e in extents) > len(extents) / 2
 
 
-def test_sweep_runs_checks_and_summarizes_a_family() -> None:
+def test_sweep_runs_checks_and_summarizes_a_family(capsys: pytest.CaptureFixture[str]) -> None:
     elementwise = next(family for family in sweep.FAMILIES if family.name == "elementwise")
     tiny = sweep.Family("elementwise", ((3, 40),) * 2, 2000, elementwise.workload, 2.5, 1.0)
     results, summaries = sweep.run_sweep([tiny], 2, 0, fake_machine(), 1)
-    assert len(results) == 2 and all(r.correct for r in results)
+    assert len(results) == 2 and all(r.correct and r.host_share for r in results)
+    assert capsys.readouterr().out.splitlines()[-1].startswith("host: the FMA probe")
     (summary,) = summaries
     ratios = [r.ratios["numpy"] for r in results]
     assert summary.geometric_mean == pytest.approx(float(np.sqrt(ratios[0] * ratios[1])))

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 import eqsat
-from eqsat.backend_c.calibrate import calibrated_host, fma_share_now
+from eqsat.backend_c.calibrate import calibrated_host
 from eqsat.core.measure import interleaved_medians
 from eqsat.extract.machine import (
     ISA_LEVELS,
@@ -58,6 +58,7 @@ from eqsat.tools.workloads import (
     attention_workload,
     cold_compile_cache,
     elementwise_workload,
+    format_host_shares,
     gelu_matmul_workload,
     gram_workload,
     layernorm_matmul_workload,
@@ -324,30 +325,6 @@ def _calibration_summary(calibration: Calibration) -> str:
     return f"({threads} threads): GFLOP/s {flops}; GB/s {bandwidth}; {starts}"
 
 
-# A row whose FMA probe ran below this share of the calibrated peak was timed on a busy host
-QUIET_SHARE = 0.85
-
-
-def format_host_shares(results: Sequence[Result]) -> str:
-    """One line: the range of the rows' `host_share`, and the rows timed while the host was busy
-    (below QUIET_SHARE): other processes or guests held its cores, so their figures may be off.
-
-    It requires: at least one of `results` has a `host_share`.
-    """
-    shares = {r.name: r.host_share for r in results if r.host_share is not None}
-    line = (
-        "host: the FMA probe before and after each row ran at "
-        f"{min(shares.values()):.0%}-{max(shares.values()):.0%} of the calibrated peak"
-    )
-    busy = [f"{name} {share:.0%}" for name, share in shares.items() if share < QUIET_SHARE]
-    if not busy:
-        return line + " (quiet)"
-    return (
-        f"{line}; timed while other processes or guests held the cores (below "
-        f"{QUIET_SHARE:.0%}), their figures may be off: {', '.join(busy)}"
-    )
-
-
 OVERHEAD_ELEMENTS = 1000
 OVERHEAD_TARGETS = {"Kernel": 2e-6, "@jit": 4e-6}  # seconds per call, at most
 
@@ -461,9 +438,7 @@ def main(argv: Sequence[str], machine: Machine | None = None) -> int:
         print(_row([title for title, _, _ in _COLUMNS]), flush=True)
     for workload in selected:
         with cold_compile_cache() as directory:
-            share_before = fma_share_now(machine)
             results.append(run_workload(workload, machine, options.repeats, rng))
-            results[-1].host_share = min(share_before, fma_share_now(machine))
             if results[-1].failure is None:
                 try:
                     results[-1].warm_compile_seconds = warm_compile_seconds(

@@ -229,9 +229,7 @@ def _build_and_check(
     (original,) = optimized.original
     want = evaluate(original, {name: a.astype(np.float64) for name, a in inputs.items()})
     kernels: dict[int, Callable[[], object]] = {}
-    listed = optimized.candidates(
-        mix.best, sampled=mix.sampled, perturbed=mix.perturbed, seed=0
-    )
+    listed = optimized.candidates(mix.best, sampled=mix.sampled, perturbed=mix.perturbed, seed=0)
     for k, candidate in enumerate(listed):
         nest = format_loops(candidate.program.body)
         problem = None

@@ -27,6 +27,7 @@ from eqsat.tools.workloads import (
     Workload,
     attention_workload,
     elementwise_workload,
+    format_host_shares,
     gelu_matmul_workload,
     gram_workload,
     layernorm_matmul_workload,
@@ -194,5 +195,6 @@ def run_sweep(
             print(format_shape(family_results[-1]), flush=True)
         summaries.append(summarize(family, family_results))
         print(format_summary(summaries[-1]), flush=True)
+        print(format_host_shares(family_results), flush=True)
         results += family_results
     return results, summaries

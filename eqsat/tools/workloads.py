@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -23,6 +23,7 @@ import numpy as np
 
 import eqsat
 from eqsat.backend_c.build import PRELUDE_FILES, cache_dir
+from eqsat.backend_c.calibrate import fma_share_now
 from eqsat.core.measure import agreement, interleaved_medians, random_inputs
 from eqsat.core.terms import Term, to_term
 from eqsat.extract.machine import Machine
@@ -100,7 +101,7 @@ class Result:
     peak_kind: str = ""  # "flops" or "DRAM"
     peak_fraction: float | None = None
     met: bool | None = None
-    # `calibrate.fma_share_now` before and after the row was timed, the lower (the bench)
+    # `calibrate.fma_share_now` before and after the timing, the lower
     host_share: float | None = None
 
 
@@ -319,6 +320,30 @@ def _copy_new(paths: list[Path], directory: Path | str) -> None:
             shutil.copy(path, target)
 
 
+# A row whose FMA probe ran below this share of the calibrated peak was timed on a busy host
+QUIET_SHARE = 0.85
+
+
+def format_host_shares(results: Sequence[Result]) -> str:
+    """One line: the range of the rows' `host_share`, and the rows timed while the host was busy
+    (below QUIET_SHARE): other processes or guests held its cores, so their figures may be off.
+    A row that failed before its timing has no share."""
+    shares = {r.name: r.host_share for r in results if r.host_share is not None}
+    if not shares:
+        return "host: no row was timed"
+    line = (
+        "host: the FMA probe before and after each row ran at "
+        f"{min(shares.values()):.0%}-{max(shares.values()):.0%} of the calibrated peak"
+    )
+    busy = [f"{name} {share:.0%}" for name, share in shares.items() if share < QUIET_SHARE]
+    if not busy:
+        return line + " (quiet)"
+    return (
+        f"{line}; timed while other processes or guests held the cores (below "
+        f"{QUIET_SHARE:.0%}), their figures may be off: {', '.join(busy)}"
+    )
+
+
 def run_workload(
     workload: Workload, machine: Machine, repeats: int, rng: np.random.Generator
 ) -> Result:
@@ -341,7 +366,9 @@ def run_workload(
             "numpy": partial(workload.reference, **inputs),
             **{name: partial(other, **inputs) for name, other in workload.others.items()},
         }
+        share_before = fma_share_now(machine)
         result.seconds = interleaved_medians(functions, repeats, settle_seconds=SETTLE_SECONDS)
+        result.host_share = min(share_before, fma_share_now(machine))
     except Exception as error:  # a failing workload is reported in its row; the run goes on
         lines = str(error).splitlines()
         result.failure = f"{type(error).__name__}: {lines[0] if lines else ''}"
