@@ -176,6 +176,15 @@ def test_terms_round_trip_through_json(roots: list[Term], data: st.DataObject) -
     assert back[-1].args[0] is back[-1].args[1]
 
 
+def test_terms_differing_only_in_nan_stay_apart_through_json() -> None:
+    """json reads every NaN as one object; two nodes that differ only in their NaNs (found by the
+    round-trip property) must not come back as one shared Term."""
+    roots = [Term("Expr.add", (Term("Axis.named", ()), math.inf, float("nan"))) for _ in range(2)]
+    back = terms_from_json(json.loads(json.dumps(terms_to_json(roots))))
+    assert dag_text(back) == dag_text(roots)
+    assert back[0] is not back[1]
+
+
 @pytest.mark.parametrize(
     "data",
     [

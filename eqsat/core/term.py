@@ -182,7 +182,8 @@ def terms_to_json(terms: Sequence[Term]) -> dict[str, Any]:
 
 
 def terms_from_json(data: Mapping[str, Any]) -> list[Term]:
-    """The terms `terms_to_json` wrote. KeyError, IndexError, TypeError or ValueError if `data`
+    """The terms `terms_to_json` wrote; each NaN is a float object of its own (NaN is not equal
+    to itself, so no two nodes become one). KeyError, IndexError, TypeError or ValueError if `data`
     is not such a value (a node may only name nodes before it)."""
     built: list[Term] = []
 
@@ -194,6 +195,11 @@ def terms_from_json(data: Mapping[str, Any]) -> list[Term]:
             return built[number]
         if isinstance(value, list):
             return tuple(arg(v) for v in value)
+        if isinstance(value, float) and value != value:
+            # json reads every NaN as one shared object, which tuples compare equal by identity:
+            # two nodes that differed only in their NaNs would become one Term. A NaN of its own
+            # keeps them apart, as they were written.
+            return float("nan")
         if isinstance(value, (int, float, str)) and not isinstance(value, bool):
             return value
         raise TypeError(f"not a term argument: {value!r}")
