@@ -26,9 +26,11 @@ scalar subexpression of a statement inside L whose loads all have index list I) 
 3. the last panel axis is a vector loop along which I is contiguous, and the panel is not
    already contiguous in memory: E is an expression, or its last dimension covers less than a
    row of the buffer it loads;
-4. some serial or parallel loop of two or more trips inside L around an occurrence of E does
-   not move I: the panel is reused, so the copy pays for itself. L is the innermost loop where
-   this holds.
+4. some loop of two or more trips inside L around an occurrence of E does not move I, and its
+   trips load E anew: a serial or parallel loop, or an unrolled one around a serial loop that
+   moves I (`for i0.outer unroll(7): for k: ...`; the copies of an unrolled loop inside the
+   k-loop share one load). The panel is reused, so the copy pays for itself. L is the innermost
+   loop where this holds.
 The packed buffer is indexed by the panel axes themselves, `pk[a1, ..., an]`, and filled by a
 copy nest over the same axes, so each occurrence reads the value it computed before.
 
@@ -69,7 +71,9 @@ PANEL_BYTES = 256 * 1024
 # A register tile's rows, packed (module doc): a block of all rows of one depth tile, at most a
 # quarter of L2 on the machines this was measured on (docs/MEASUREMENTS.md).
 ROWS_PANEL_BYTES = 512 * 1024
-REUSE_KINDS = ("LoopKind.serial", "LoopKind.parallel")  # unrolled copies share one load already
+# Loops whose trips each load an operand anew; an unrolled loop's copies share one load, unless a
+# serial loop between them and the load moves it (`_reused`).
+REUSE_KINDS = ("LoopKind.serial", "LoopKind.parallel")
 
 
 def pack_panels(program: LoopProgram) -> LoopProgram:
@@ -288,18 +292,36 @@ def _vector_contiguous(body: Term, axis: Term, index: Term) -> bool:
 
 
 def _reused(s: Term, operand: Term, index: Term) -> bool:
-    """True when a serial or parallel loop of two or more trips inside `s`, around an
-    occurrence of `operand`, leaves `index` unchanged."""
+    """True when a loop of two or more trips inside `s`, around an occurrence of `operand`,
+    leaves `index` unchanged and does not share one load among its trips: a serial or parallel
+    loop, or an unrolled one around a serial loop that moves `index` (each unrolled copy then
+    runs that loop over the operand's rows again: `for i0.outer unroll(7): for k: ...` reads a
+    panel of B seven times)."""
     for statement in statements_in(s):
-        if statement.op != "Stmt.loop" or statement.args[1].op not in REUSE_KINDS:  # type: ignore[union-attr]
+        if statement.op != "Stmt.loop":
             continue
-        axis = statement.args[0]
-        assert isinstance(axis, Term)
+        axis, kind, body = statement.args
+        assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body, Term)
         if axis_extent(axis) < 2 or not any(_contains(v, operand) for v in _values(statement)):
             continue
-        if not any(moves_with(i, axis) for i in index_items(index)):
+        if any(moves_with(i, axis) for i in index_items(index)):
+            continue
+        if kind.op in REUSE_KINDS or (
+            kind.op == "LoopKind.unroll" and _rows_loop(body, operand, index)
+        ):
             return True
     return False
+
+
+def _rows_loop(s: Term, operand: Term, index: Term) -> bool:
+    """Whether a serial loop inside `s`, around an occurrence of `operand`, moves `index`."""
+    return any(
+        statement.op == "Stmt.loop"
+        and statement.args[1] == Term("LoopKind.serial", ())
+        and any(moves_with(i, statement.args[0]) for i in index_items(index))  # type: ignore[arg-type]
+        and any(_contains(v, operand) for v in _values(statement))
+        for statement in statements_in(s)
+    )
 
 
 def _replaced(term: Term, part: Term, replacement: Term) -> Term:

@@ -27,20 +27,24 @@ def load(buffer: str, index: Term) -> Term:
     return Term("Scalar.load", (buffer, index))
 
 
-def tiled_matmul(m: int, k: int, n: int, ti: int, tk: int, tj: int) -> LoopProgram:
+def tiled_matmul(
+    m: int, k: int, n: int, ti: int, tk: int, tj: int, row_blocks_unrolled: bool = False
+) -> LoopProgram:
     """out0 = in0 @ in1 as the optimizer tiles it: k and column blocks outside, row blocks
-    inside (reusing one block of in1), register tiles of ti rows x tj columns over k."""
+    inside (reusing one block of in1; a serial loop, or unrolled with `row_blocks_unrolled`),
+    register tiles of ti rows x tj columns over k."""
     i, j, r = named("i0", m), named("i1", n), named("k", k)
     zero = nest(
         [(i, "serial", ()), (j, "vector", ())],
         Term("Stmt.store", ("out0", at(i, j), Term("Scalar.const", (0.0,)))),
     )
     product = Term("Scalar.binary", ("mul", load("in0", at(i, r)), load("in1", at(r, j))))
+    row_blocks = ("unroll", (m // ti,)) if row_blocks_unrolled else ("serial", ())
     tiles = nest(
         [
             (outer(r, tk), "serial", ()),
             (outer(j, tj), "serial", ()),
-            (outer(i, ti), "serial", ()),
+            (outer(i, ti), *row_blocks),
             (inner(r, tk), "serial", ()),
             (inner(i, ti), "unroll", (ti,)),
             (inner(j, tj), "vector", ()),
@@ -101,6 +105,20 @@ def test_panels_are_not_packed_without_reuse_or_when_already_contiguous() -> Non
     assert pack_panels(one_row_block) == one_row_block
     whole_rows = tiled_matmul(8, 6, 16, ti=4, tk=6, tj=16)  # the block is 6 whole rows of in1
     assert pack_panels(whole_rows) == whole_rows
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_row_blocks_unrolled_around_the_depth_loop_reuse_the_panel(isa: str) -> None:
+    """Each unrolled copy of the row-block loop runs the depth loop over the block of in1 again
+    (25x34 @ 34x513 chose such a nest: read in place, its rows 2052 bytes apart overfill L1
+    sets); the unrolled row loop inside the depth loop shares each load and packs nothing."""
+    program = tiled_matmul(8, 6, 32, ti=4, tk=6, tj=16, row_blocks_unrolled=True)
+    packed = agrees_after_packing(program)
+    (alloc,) = packed_allocs(packed.body)
+    assert alloc.args[1] == (6, 16)
+    agrees_with_interpreter(packed, isa)
+    single_row_block = tiled_matmul(4, 6, 32, ti=4, tk=6, tj=16, row_blocks_unrolled=True)
+    assert pack_panels(single_row_block) == single_row_block
 
 
 def test_a_buffer_written_inside_the_loop_is_not_packed() -> None:
