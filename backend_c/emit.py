@@ -373,12 +373,12 @@ class _Emitter:
         """`following` with `fill` moved down to right before the register tile inside it whose
         accumulators it fills (`fills_tile`), where that does the same: `fill` stores a constant
         over loops that run in order (a product's zeroed rows), and on the way down `following`
-        is serial loops, allocations and sequences whose other statements do not touch the
-        filled buffer. Each loop there runs over an axis `fill` loops over too (each iteration
-        then fills its own part of it) or over `a.outer(T)` where `fill` loops over a named
-        axis `a` (it then fills `a.inner(T)`: a column panel). None where there is no such tile,
-        or the tile reads the buffer. 1607x39 @ 39x292 at AVX2 on 2 threads ran 1.31x as fast
-        (docs/MEASUREMENTS.md)."""
+        is serial or unrolled loops (IN_ORDER_KINDS), allocations and sequences whose other
+        statements do not touch the filled buffer. Each loop there runs over an axis `fill`
+        loops over too (each iteration then fills its own part of it) or over `a.outer(T)`
+        where `fill` loops over a named axis `a` (it then fills `a.inner(T)`: a column panel).
+        None where there is no such tile, or the tile reads the buffer. 1607x39 @ 39x292 at
+        AVX2 on 2 threads ran 1.31x as fast (docs/MEASUREMENTS.md)."""
         store = _loops_around(fill)[1]
         if store.op != "Stmt.store" or store.args[2].op != "Scalar.const":  # type: ignore[union-attr]
             return None
@@ -389,8 +389,8 @@ class _Emitter:
         match statement.op:
             case "Stmt.loop":
                 axis, kind, body = statement.args
-                assert isinstance(axis, Term) and isinstance(body, Term)
-                if kind != Term("LoopKind.serial", ()):
+                assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body, Term)
+                if kind.op not in IN_ORDER_KINDS:
                     return None
                 if self.fills_tile(fill, statement):
                     accumulate = self.serial_tile(statement).accumulate  # type: ignore[union-attr]
@@ -1154,6 +1154,10 @@ HORIZONTAL_CHAINS = 4
 # Loops of a statement whose stores may seed a register tile (`Emitter.fills_tile`): run in
 # order in the calling thread, so the tile right after sees every element they store.
 FILL_LOOP_KINDS = frozenset({"LoopKind.serial", "LoopKind.unroll", "LoopKind.vector"})
+# Loops whose iterations run one after the other on one thread, as `Emitter.sunk` takes a fill
+# down through: an unrolled loop is emitted as a loop GCC unrolls (`for i0.outer unroll(7)`
+# around a product's depth loop kept its output's zeroing, and the tiles loaded the zeros).
+IN_ORDER_KINDS = frozenset({"LoopKind.serial", "LoopKind.unroll"})
 
 
 @dataclass(frozen=True)

@@ -156,16 +156,25 @@ def filled_panels(
 
 
 def filled_packed_panels(
-    m: int, k: int, n: int, block: int, rows: int, panel: int, fill: Term
+    m: int,
+    k: int,
+    n: int,
+    block: int,
+    rows: int,
+    panel: int,
+    fill: Term,
+    unrolled: bool = False,
 ) -> LoopProgram:
     """A product as eqsat nests a large one: for each block of `block` rows, `fill` stored over
     its rows (in tiles of `rows`) and all `n` columns; then for each panel of `panel` columns,
-    w's panel packed into a temporary, and for each tile of rows of the block, a register tile
-    summing x[i, k] * panel[k, j] over k."""
+    w's panel packed into a temporary, and for each tile of rows of the block (a loop unrolled
+    with `unrolled`, as 25x34 @ 34x513 chose), a register tile summing x[i, k] * panel[k, j]
+    over k."""
     i, j, r = named("i0", m), named("i1", n), named("k", k)
     block_rows = inner(i, block)
+    tiles_kind = ("unroll", (-(-block // rows),)) if unrolled else ("serial", ())
     row_tiles, tile_rows = (
-        (outer(block_rows, rows), "serial", ()),
+        (outer(block_rows, rows), *tiles_kind),
         (inner(block_rows, rows), "unroll", (rows,)),
     )
     columns = inner(j, panel)
@@ -237,17 +246,25 @@ def test_a_short_products_zeroed_rows_are_not_read_back_in_its_panels(isa: str) 
     rows=st.integers(1, 4),
     panel=st.sampled_from([8, 16, 24]),
     constant=st.sampled_from(FILLS),
+    unrolled=st.booleans(),
 )
 def test_a_blocks_fill_goes_down_to_each_tile_of_its_packed_panels(
-    isa: str, shape: tuple[int, int, int], block: int, rows: int, panel: int, constant: float
+    isa: str,
+    shape: tuple[int, int, int],
+    block: int,
+    rows: int,
+    panel: int,
+    constant: float,
+    unrolled: bool,
 ) -> None:
-    """Blocks of rows, tiles of rows in them and column panels, each with a remainder, the
-    panel packed first: the fill of the block's rows goes down through the panel's loop, the
-    packing and the loop over row tiles to each tile (`Emitter.fill_sunk`); the kernel agrees
-    with the interpreter, and out0 is never read back where the tiles are register tiles."""
+    """Blocks of rows, tiles of rows in them (a serial or an unrolled loop) and column panels,
+    each with a remainder, the panel packed first: the fill of the block's rows goes down
+    through the panel's loop, the packing and the loop over row tiles to each tile
+    (`Emitter.fill_sunk`); the kernel agrees with the interpreter, and out0 is never read back
+    where the tiles are register tiles."""
     m, k, n = shape
     fill = Term("Scalar.const", (constant,))
-    program = filled_packed_panels(m, k, n, block, rows, panel, fill)
+    program = filled_packed_panels(m, k, n, block, rows, panel, fill, unrolled)
     source = emit(program, isa, "eqsat_kernel")
     if isa != "scalar":
         assert READS_OUTPUT.search(source) is None, source
