@@ -53,9 +53,10 @@ assert canonical_nest.splitlines()[-2].strip() == "for k in 0..256:"
 # %% [markdown]
 # The chosen nest is a register tile: `i0` and `i1` are split (`i0.outer`, `i0.inner`, ...),
 # `k` is interchanged outside the tile's loops, the tile's rows are unrolled and its columns
-# vectorized, so each step of `k` updates a block of accumulators held in registers. The
-# product's outermost loop is parallel (the loop that zeroes the output before it may run on
-# one core or on all: that depends on what starting threads costs on this machine). When a
+# vectorized, so each step of `k` updates a block of accumulators held in registers. Whether a
+# loop runs on all cores depends on what starting threads costs on this machine, as its
+# calibration measured it: at 256³ a 2-core guest chose parallel nests on some calibrations
+# and serial ones on others, so this notebook does not assert either. When a
 # loop runs several blocks of rows over one block of `B` (at 1024³; at 512³ too on a machine
 # with a 1 MiB L2, not with 2 MiB), that block is first copied into a contiguous panel `pk0`
 # (panel packing, `rewrites/packing.py`, a pass after extraction), so the tile reads `B` at
@@ -72,7 +73,6 @@ k_line = next(  # the register tile's loop: over (a piece of) k, around the unro
 )
 assert "i0.inner" in lines[k_line + 1] and "unroll(" in lines[k_line + 1]
 assert "i1.inner" in lines[k_line + 2] and "vector(" in lines[k_line + 2]
-assert any(line.startswith("for ") and "parallel" in line for line in lines)
 larger = eqsat.optimize(eqsat.tensor("A", (1024, 1024)) @ eqsat.tensor("B", (1024, 1024)))
 packed_nest = format_loops(larger.program.body)
 print(packed_nest)
