@@ -1153,11 +1153,11 @@ STACK_TEMPORARY_BYTES = 64 * 1024
 HORIZONTAL_CHAINS = 4
 # Loops of a statement whose stores may seed a register tile (`Emitter.fills_tile`): run in
 # order in the calling thread, so the tile right after sees every element they store.
-FILL_LOOP_KINDS = frozenset({"LoopKind.serial", "LoopKind.unroll", "LoopKind.vector"})
 # Loops whose iterations run one after the other on one thread, as `Emitter.sunk` takes a fill
 # down through: an unrolled loop is emitted as a loop GCC unrolls (`for i0.outer unroll(7)`
 # around a product's depth loop kept its output's zeroing, and the tiles loaded the zeros).
 IN_ORDER_KINDS = frozenset({"LoopKind.serial", "LoopKind.unroll"})
+FILL_LOOP_KINDS = IN_ORDER_KINDS | {"LoopKind.vector"}
 
 
 @dataclass(frozen=True)

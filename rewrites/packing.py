@@ -302,7 +302,7 @@ def _reused(s: Term, operand: Term, index: Term) -> bool:
             continue
         axis, kind, body = statement.args
         assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body, Term)
-        if axis_extent(axis) < 2 or not any(_contains(v, operand) for v in _values(statement)):
+        if axis_extent(axis) < 2 or not _around(statement, operand):
             continue
         if any(moves_with(i, axis) for i in index_items(index)):
             continue
@@ -317,11 +317,16 @@ def _rows_loop(s: Term, operand: Term, index: Term) -> bool:
     """Whether a serial loop inside `s`, around an occurrence of `operand`, moves `index`."""
     return any(
         statement.op == "Stmt.loop"
-        and statement.args[1] == Term("LoopKind.serial", ())
+        and statement.args[1].op == "LoopKind.serial"  # type: ignore[union-attr]
         and any(moves_with(i, statement.args[0]) for i in index_items(index))  # type: ignore[arg-type]
-        and any(_contains(v, operand) for v in _values(statement))
+        and _around(statement, operand)
         for statement in statements_in(s)
     )
+
+
+def _around(statement: Term, operand: Term) -> bool:
+    """Whether `operand` occurs in a value stored or accumulated inside `statement`."""
+    return any(_contains(v, operand) for v in _values(statement))
 
 
 def _replaced(term: Term, part: Term, replacement: Term) -> Term:
