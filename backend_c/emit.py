@@ -373,9 +373,9 @@ class _Emitter:
         """`following` with `fill` moved down to right before the register tile inside it whose
         accumulators it fills (`fills_tile`), where that does the same: `fill` stores a constant
         over loops that run in order (a product's zeroed rows), and on the way down `following`
-        is serial or unrolled loops (IN_ORDER_KINDS), allocations and sequences whose other
-        statements do not touch the filled buffer. Each loop there runs over an axis `fill`
-        loops over too (each iteration then fills its own part of it) or over `a.outer(T)`
+        is serial, unrolled or parallel loops (FILL_SINK_KINDS), allocations and sequences
+        whose other statements do not touch the filled buffer. Each loop there runs over an axis
+        `fill` loops over too (each iteration then fills its own part of it) or over `a.outer(T)`
         where `fill` loops over a named axis `a` (it then fills `a.inner(T)`: a column panel).
         None where there is no such tile, or the tile reads the buffer. 1607x39 @ 39x292 at
         AVX2 on 2 threads ran 1.31x as fast (docs/MEASUREMENTS.md)."""
@@ -390,7 +390,7 @@ class _Emitter:
             case "Stmt.loop":
                 axis, kind, body = statement.args
                 assert isinstance(axis, Term) and isinstance(kind, Term) and isinstance(body, Term)
-                if kind.op not in IN_ORDER_KINDS:
+                if kind.op not in FILL_SINK_KINDS:
                     return None
                 if self.fills_tile(fill, statement):
                     accumulate = self.serial_tile(statement).accumulate  # type: ignore[union-attr]
@@ -1153,11 +1153,15 @@ STACK_TEMPORARY_BYTES = 64 * 1024
 HORIZONTAL_CHAINS = 4
 # Loops of a statement whose stores may seed a register tile (`Emitter.fills_tile`): run in
 # order in the calling thread, so the tile right after sees every element they store.
-# Loops whose iterations run one after the other on one thread, as `Emitter.sunk` takes a fill
-# down through: an unrolled loop is emitted as a loop GCC unrolls (`for i0.outer unroll(7)`
-# around a product's depth loop kept its output's zeroing, and the tiles loaded the zeros).
 IN_ORDER_KINDS = frozenset({"LoopKind.serial", "LoopKind.unroll"})
 FILL_LOOP_KINDS = IN_ORDER_KINDS | {"LoopKind.vector"}
+# Loops `Emitter.sunk` takes a fill down through. Each iteration fills only its own part of the
+# buffer, right before the tile that seeds from it, so the order of iterations does not matter:
+# an unrolled loop (`for i0.outer unroll(7)` around a product's depth loop kept its output's
+# zeroing, and the tiles loaded the zeros back) and a parallel one, whose threads otherwise
+# waited on the starting thread's pass of zeros and fetched its lines from that core (25x34 @
+# 34x513 at AVX2 on 2 threads, docs/MEASUREMENTS.md).
+FILL_SINK_KINDS = IN_ORDER_KINDS | {"LoopKind.parallel"}
 
 
 @dataclass(frozen=True)

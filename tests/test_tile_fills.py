@@ -164,12 +164,14 @@ def filled_packed_panels(
     panel: int,
     fill: Term,
     unrolled: bool = False,
+    panels_kind: str = "serial",
 ) -> LoopProgram:
     """A product as eqsat nests a large one: for each block of `block` rows, `fill` stored over
-    its rows (in tiles of `rows`) and all `n` columns; then for each panel of `panel` columns,
-    w's panel packed into a temporary, and for each tile of rows of the block (a loop unrolled
-    with `unrolled`, as 25x34 @ 34x513 chose), a register tile summing x[i, k] * panel[k, j]
-    over k."""
+    its rows (in tiles of `rows`) and all `n` columns; then for each panel of `panel` columns (a
+    loop of `panels_kind`: serial, or parallel as 25x34 @ 34x513 chose at AVX2), w's panel
+    packed into a temporary, and for each tile of rows of the block (a loop unrolled with
+    `unrolled`, as the same product chose at AVX-512), a register tile summing
+    x[i, k] * panel[k, j] over k."""
     i, j, r = named("i0", m), named("i1", n), named("k", k)
     block_rows = inner(i, block)
     tiles_kind = ("unroll", (-(-block // rows),)) if unrolled else ("serial", ())
@@ -191,7 +193,7 @@ def filled_packed_panels(
         Term("Stmt.accumulate", ("out0", at(i, j), "sum", product)),
     )
     panels = nest(
-        [(outer(j, panel), "serial", ())],
+        [(outer(j, panel), panels_kind, ())],
         Term("Stmt.alloc", ("pk", (k, panel), Term("Stmt.seq", (pack, tiles)))),
     )
     body = nest([(outer(i, block), "serial", ())], Term("Stmt.seq", (filled, panels)))
@@ -247,6 +249,7 @@ def test_a_short_products_zeroed_rows_are_not_read_back_in_its_panels(isa: str) 
     panel=st.sampled_from([8, 16, 24]),
     constant=st.sampled_from(FILLS),
     unrolled=st.booleans(),
+    panels_kind=st.sampled_from(["serial", "parallel"]),
 )
 def test_a_blocks_fill_goes_down_to_each_tile_of_its_packed_panels(
     isa: str,
@@ -256,15 +259,16 @@ def test_a_blocks_fill_goes_down_to_each_tile_of_its_packed_panels(
     panel: int,
     constant: float,
     unrolled: bool,
+    panels_kind: str,
 ) -> None:
-    """Blocks of rows, tiles of rows in them (a serial or an unrolled loop) and column panels,
-    each with a remainder, the panel packed first: the fill of the block's rows goes down
-    through the panel's loop, the packing and the loop over row tiles to each tile
-    (`Emitter.fill_sunk`); the kernel agrees with the interpreter, and out0 is never read back
-    where the tiles are register tiles."""
+    """Blocks of rows, tiles of rows in them (a serial or an unrolled loop) and column panels
+    (a serial or a parallel loop), each with a remainder, the panel packed first: the fill of
+    the block's rows goes down through the panel's loop, the packing and the loop over row tiles
+    to each tile (`Emitter.fill_sunk`); the kernel agrees with the interpreter, and out0 is
+    never read back where the tiles are register tiles."""
     m, k, n = shape
     fill = Term("Scalar.const", (constant,))
-    program = filled_packed_panels(m, k, n, block, rows, panel, fill, unrolled)
+    program = filled_packed_panels(m, k, n, block, rows, panel, fill, unrolled, panels_kind)
     source = emit(program, isa, "eqsat_kernel")
     if isa != "scalar":
         assert READS_OUTPUT.search(source) is None, source
