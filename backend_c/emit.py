@@ -1151,9 +1151,10 @@ STACK_TEMPORARY_BYTES = 64 * 1024
 # on one chain, each FMA waits for the last one's latency, which held a matrix-vector row well
 # below the load rate (docs/MEASUREMENTS.md).
 HORIZONTAL_CHAINS = 4
+# Loops whose iterations run one after the other on the calling thread.
+IN_ORDER_KINDS = frozenset({"LoopKind.serial", "LoopKind.unroll"})
 # Loops of a statement whose stores may seed a register tile (`Emitter.fills_tile`): run in
 # order in the calling thread, so the tile right after sees every element they store.
-IN_ORDER_KINDS = frozenset({"LoopKind.serial", "LoopKind.unroll"})
 FILL_LOOP_KINDS = IN_ORDER_KINDS | {"LoopKind.vector"}
 # Loops `Emitter.sunk` takes a fill down through. Each iteration fills only its own part of the
 # buffer, right before the tile that seeds from it, so the order of iterations does not matter:

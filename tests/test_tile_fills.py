@@ -276,10 +276,12 @@ def test_a_blocks_fill_goes_down_to_each_tile_of_its_packed_panels(
 
 
 @pytest.mark.parametrize("isa", VECTOR_ISAS)
-def test_a_sunk_fill_keeps_nan_inf_and_signed_zeros_as_numpy(isa: str) -> None:
-    """Tiles seeded by a block's zeroed rows taken down to them (`Emitter.fill_sunk`) carry
-    NaN, ±inf and -0.0 through as numpy's product does."""
-    program = filled_packed_panels(37, 20, 100, 16, 4, 24, ZERO)
+@pytest.mark.parametrize("panels_kind", ["serial", "parallel"])
+def test_a_sunk_fill_keeps_nan_inf_and_signed_zeros_as_numpy(isa: str, panels_kind: str) -> None:
+    """Tiles seeded by a block's zeroed rows taken down to them (`Emitter.fill_sunk`), in a
+    serial or a parallel loop of column panels, carry NaN, ±inf and -0.0 through as numpy's
+    product does."""
+    program = filled_packed_panels(37, 20, 100, 16, 4, 24, ZERO, panels_kind=panels_kind)
     kernel = compiled(program, isa)
     assert READS_OUTPUT.search(kernel.c_source) is None, kernel.c_source
     skip_unless_runs(isa)
