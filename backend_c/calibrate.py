@@ -246,7 +246,7 @@ def measure(machine: Machine) -> Calibration:
     cache sizes size the kernels).
     """
     start = time.perf_counter()
-    library = build_library(calibration_source(machine), _CDEF, _flags(machine))
+    library = _library(machine)
     counts = thread_counts(machine)
     largest = max(_triad_floats(machine, "DRAM", threads) for threads in counts)
     buffer = _aligned_floats(3 * (largest + _PAD_FLOATS))
@@ -306,6 +306,17 @@ def _best_figures(first: Figures, second: Figures) -> Figures:
         name: {threads: max(rate, second[name][threads]) for threads, rate in rates.items()}
         for name, rates in first.items()
     }
+
+
+def _library(machine: Machine) -> Library:
+    """The measuring kernels built for `machine`'s ISA level."""
+    return build_library(calibration_source(machine), _CDEF, _flags(machine))
+
+
+def fma_rates_now(machine: Machine, dtype: str = "float32") -> dict[int, float]:
+    """Flop/s of the calibration's FMA chains of `dtype` per thread count, measured now as
+    `measure` does. It requires: `machine` describes this host."""
+    return _fma_rates(_library(machine), machine, dtype)
 
 
 def _fma_rates(library: Library, machine: Machine, dtype: str) -> dict[int, float]:
@@ -400,7 +411,7 @@ def fma_share_now(machine: Machine) -> float:
     It requires: `machine.calibration` is set, measured on this host at `machine.isa`.
     """
     assert machine.calibration is not None, "fma_share_now needs a calibrated machine"
-    library = build_library(calibration_source(machine), _CDEF, _flags(machine))
+    library = _library(machine)
     threads = machine.cores
     peak = machine.calibration.peak_flops["float32"][threads]
     flops_per_iteration = 2.0 * CHAINS * machine.lanes("float32") * threads
