@@ -24,6 +24,7 @@ import random
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import permutations
 from typing import Any
 
@@ -182,9 +183,21 @@ def _variables_in_order(pattern: Any, sorts: Mapping[str, type]) -> list[str]:
 
 
 def _substitute(pattern: Any, values: Mapping[str, Any]) -> Any:
-    """The pattern with its assigned variables replaced by their values."""
+    """The pattern with its assigned variables replaced by their values. A subterm whose
+    variables have the values they had before is the same object as before (`_substituted`),
+    so that `_open_shape` finds it remembered."""
+    names = _variables_of(pattern)
+    return _substituted(pattern, names, tuple(values.get(name) for name in names))
+
+
+@lru_cache(maxsize=1 << 16)
+def _substituted(pattern: Any, names: tuple[str, ...], assigned: tuple[Any, ...]) -> Any:
+    """`_substitute` of `pattern` whose variables `names` have the values `assigned` (None:
+    open)."""
     if isinstance(pattern, _Var):
-        return values.get(pattern.name, pattern)
+        value = assigned[0]
+        return pattern if value is None else value
+    values = {name: value for name, value in zip(names, assigned, strict=True) if value is not None}
     if isinstance(pattern, tuple):
         return tuple(_substitute(p, values) for p in pattern)
     if isinstance(pattern, Term):
@@ -192,8 +205,22 @@ def _substitute(pattern: Any, values: Mapping[str, Any]) -> Any:
     return pattern
 
 
+@lru_cache(maxsize=1 << 12)
+def _variables_of(pattern: Any) -> tuple[str, ...]:
+    """The names of the variables in `pattern`, each once, sorted."""
+    if isinstance(pattern, _Var):
+        return (pattern.name,)
+    children = (
+        pattern.args if isinstance(pattern, Term) else pattern if isinstance(pattern, tuple) else ()
+    )
+    return tuple(sorted({name for child in children for name in _variables_of(child)}))
+
+
+@lru_cache(maxsize=1 << 16)
 def _open_shape(node: Any) -> tuple[int, ...] | None:
     """Shape of a partly instantiated tensor term; None while a variable in it is open.
+    Remembered: the search checks each assignment's whole term, most of whose subterms it has
+    checked before.
 
     Raises ShapeError or ValueError as soon as a fully known part is ill-formed."""
     if isinstance(node, _Var):
