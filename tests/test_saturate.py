@@ -14,7 +14,7 @@ from eqsat.core import saturate as saturate_module
 from eqsat.core.loops import loads_in, register_tile
 from eqsat.core.saturate import Limits, saturate, term_nodes
 from eqsat.core.term import Term, post_order
-from eqsat.core.terms import to_egglog, to_term
+from eqsat.core.terms import CONSTRUCTORS, to_egglog, to_term
 from eqsat.rewrites.algebra import algebra_rules
 from eqsat.rewrites.algebra_facts import algebra_facts
 from eqsat.rewrites.analysis import analysis
@@ -208,3 +208,17 @@ def test_a_limited_compile_is_still_correct_and_says_why(limits: Limits) -> None
         kernel(xa, wa, ba), np.maximum(xa @ wa + ba, 0), rtol=1e-4, atol=1e-4
     )
     assert "limit" in kernel.explain()
+
+
+def test_term_nodes_counts_the_constructor_rows() -> None:
+    """A fresh e-graph of a loop nest holds one e-node per distinct subterm; after the analyses,
+    the count is still that of the rows of term constructors (CONSTRUCTORS), not of the
+    analyses' own functions."""
+    egraph, _, facts = matmul_egraph()
+    x, w = eqsat.tensor("x", (64, 64)), eqsat.tensor("w", (64, 64))
+    body = lower([to_term((x @ w).expr)]).body  # type: ignore[list-item]
+    assert term_nodes(egraph) == len(post_order([body]))
+    egraph.run(facts.saturate())
+    sizes = {str(function): size for function, size in egraph.all_function_sizes()}
+    assert term_nodes(egraph) == sum(sizes.get(name, 0) for name in CONSTRUCTORS)
+    assert sum(sizes.values()) > term_nodes(egraph)
